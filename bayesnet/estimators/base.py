@@ -1,0 +1,432 @@
+"""skorch-based machinery shared by every Bayesian estimator.
+
+:class:`BayesianNeuralNet` is a :class:`skorch.NeuralNet` whose training step
+is one sampler transition instead of an optimiser step:
+
+* ``initialize_module`` / ``initialize_criterion`` defer building the network
+  and the likelihood until the data's shape is known (``partial_fit``);
+* ``initialize_optimizer`` builds no optimiser: the sampler (``sampler_``,
+  configured from the ``sampler__*`` parameters) moves the weights;
+* ``train_step`` runs one transition on the mini-batch, checks for
+  divergence and offers the new position to the trace;
+* inference averages over the retained draws, evaluated for all draws at once
+  with ``torch.func.functional_call`` under ``vmap``.
+
+skorch's own ``fit``, ``fit_loop`` and ``run_single_epoch`` are used as they
+are; ``partial_fit`` adds input validation in front of skorch's.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from skorch import NeuralNet
+from skorch.callbacks import Callback
+from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+from torch.func import functional_call
+
+from ..posterior import Posterior
+from ..priors import make_prior
+from ..samplers import DivergenceError, Sampler, available_samplers, make_sampler
+from ..trace import Trace
+
+__all__ = ["BayesianNeuralNet", "TensorBatchIterator", "SamplingProgressBar", "resolve_device"]
+
+
+def resolve_device(device) -> torch.device:
+    """Turn ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or a torch.device into a torch.device.
+
+    Raises
+    ------
+    ValueError
+        If CUDA is requested but not available, or the string is not a device.
+    """
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was requested but CUDA is not available; use 'cpu' or 'auto'.")
+    return dev
+
+
+class TensorBatchIterator:
+    """Mini-batches of in-memory tensors by index selection (no per-row collation).
+
+    skorch calls ``iterator(dataset, batch_size=..., **iterator_train__*)``;
+    ``dataset`` must be a ``torch.utils.data.TensorDataset``.
+
+    Parameters
+    ----------
+    dataset : TensorDataset
+    batch_size : int
+    shuffle : bool, default=False
+    generator : torch.Generator, optional
+        CPU generator for the permutation (reproducibility).
+    drop_last : bool, default=False
+    """
+
+    def __init__(self, dataset, batch_size: int, shuffle: bool = False, generator=None, drop_last: bool = False):
+        self.tensors = dataset.tensors
+        self.n = len(self.tensors[0])
+        self.batch_size = min(int(batch_size), self.n)
+        self.shuffle = shuffle
+        self.generator = generator
+        self.drop_last = drop_last
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.n // self.batch_size
+        return math.ceil(self.n / self.batch_size)
+
+    def __iter__(self):
+        device = self.tensors[0].device
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=self.generator).to(device)
+        for i in range(len(self)):
+            lo, hi = i * self.batch_size, min((i + 1) * self.batch_size, self.n)
+            if self.shuffle:
+                idx = order[lo:hi]
+                yield tuple(t.index_select(0, idx) for t in self.tensors)
+            else:
+                yield tuple(t[lo:hi] for t in self.tensors)
+
+
+class SamplingProgressBar(Callback):
+    """A tqdm progress bar over sampler steps, showing the potential and draws kept.
+
+    Added automatically when ``verbose >= 1``.
+    """
+
+    def __init__(self, update_every: int = 20):
+        self.update_every = update_every
+
+    def on_train_begin(self, net, X=None, y=None, **kwargs):
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=net.n_steps_planned_, desc=f"sampling ({net.sampler_.name})", unit="step",
+                         leave=True, dynamic_ncols=True)
+        self._count = 0
+
+    def on_batch_end(self, net, training=False, **kwargs):
+        if not training or getattr(self, "_bar", None) is None:
+            return
+        self._count += 1
+        if self._count % self.update_every == 0:
+            self._bar.update(self._count)
+            self._count = 0
+            self._bar.set_postfix(potential=f"{net.last_info_['potential']:.4g}", draws=len(net.trace_),
+                                  refresh=False)
+
+    def on_train_end(self, net, X=None, y=None, **kwargs):
+        self.close()
+
+    def close(self):
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            bar.update(self._count)
+            bar.close()
+            self._bar = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_bar", None)
+        return state
+
+
+class BayesianNeuralNet(NeuralNet):
+    """Base class of the Bayesian estimators; see the concrete classes for parameters.
+
+    Subclasses implement ``_build_module()``, ``_build_likelihood()`` and
+    ``_validate_targets(y, reset)``.
+    """
+
+    prefixes_ = NeuralNet.prefixes_ + ["sampler"]
+    cuda_dependent_attributes_ = NeuralNet.cuda_dependent_attributes_ + [
+        "posterior_", "sampler_state_", "noise_generator_"]
+
+    _parameter_constraints = {
+        "sampler": [StrOptions(set()), Sampler, type],
+        "n_draws": [Interval(Integral, 1, None, closed="left")],
+        "burn_in": [Interval(Integral, 0, None, closed="left")],
+        "thinning": [Interval(Integral, 1, None, closed="left")],
+        "prior_scale": [Interval(Real, 0, None, closed="neither"), object],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions(set())],
+        "max_epochs": [Interval(Integral, 1, None, closed="left"), None],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning=10, prior_scale=1.0,
+                 batch_size=128, max_epochs=None, device="cpu", random_state=None, verbose=0,
+                 callbacks=None, warm_start=False, **kwargs):
+        kwargs.setdefault("module", None)
+        kwargs.setdefault("criterion", None)
+        kwargs.setdefault("train_split", None)
+        kwargs.setdefault("iterator_train", TensorBatchIterator)
+        kwargs.setdefault("iterator_valid", TensorBatchIterator)
+        super().__init__(batch_size=batch_size, max_epochs=max_epochs, device=device, verbose=verbose,
+                         callbacks=callbacks, warm_start=warm_start, **kwargs)
+        self.sampler = sampler
+        self.n_draws = n_draws
+        self.burn_in = burn_in
+        self.thinning = thinning
+        self.prior_scale = prior_scale
+        self.random_state = random_state
+        # skorch sets these in __init__; scikit-learn wants no fitted-looking
+        # attributes before fit, so fall back to the class defaults below.
+        for attr in ("history_", "initialized_", "virtual_params_"):
+            vars(self).pop(attr, None)
+
+    initialized_ = False
+    history_ = None
+    virtual_params_: dict = {}
+
+    # ------------------------------------------------------------------ #
+    # scikit-learn protocol
+    # ------------------------------------------------------------------ #
+    def __sklearn_is_fitted__(self) -> bool:
+        trace = getattr(self, "trace_", None)
+        return trace is not None and len(trace) > 0
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        tags.input_tags.allow_nan = False
+        return tags
+
+    def _validate_hyperparameters(self) -> None:
+        constraints = dict(self._parameter_constraints)
+        constraints["sampler"] = [StrOptions(set(available_samplers())), Sampler, type]
+        params = {k: getattr(self, k) for k in constraints}
+        if isinstance(self.sampler, str) and self.sampler not in available_samplers():
+            raise ValueError(f"unknown sampler {self.sampler!r}; valid names are {available_samplers()}.")
+        if self.batch_size == -1:
+            params.pop("batch_size")
+        validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
+
+    # ------------------------------------------------------------------ #
+    # skorch initialisation hooks
+    # ------------------------------------------------------------------ #
+    def initialize_module(self):
+        # The network's shape depends on the data; built in `_initialize_sampling`.
+        self.module_ = None
+        return self
+
+    def initialize_criterion(self):
+        self.criterion_ = None
+        return self
+
+    def initialize_optimizer(self, *args, **kwargs):
+        # No optimiser: the sampler moves the weights.
+        self.optimizer_ = None
+        return self
+
+    def get_default_callbacks(self):
+        callbacks = [cb for cb in super().get_default_callbacks() if cb[0] not in ("valid_loss", "print_log")]
+        if self.verbose:
+            callbacks.append(("progress_bar", SamplingProgressBar()))
+        return callbacks
+
+    def initialize(self):
+        super().initialize()
+        self.sampler_state_ = None
+        self.trace_ = None
+        return self
+
+    # ------------------------------------------------------------------ #
+    # data
+    # ------------------------------------------------------------------ #
+    def _validate_X(self, X, reset: bool):
+        return validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1)
+
+    def _validate_fit_data(self, X, y, reset: bool):
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, multi_output=True,
+                             y_numeric=False, ensure_min_samples=2)
+        return X, self._validate_targets(y, reset=reset)
+
+    def get_dataset(self, X, y=None):
+        tensors = [torch.as_tensor(X, device=self.device_)]
+        if y is not None:
+            tensors.append(torch.as_tensor(y, device=self.device_))
+        return torch.utils.data.TensorDataset(*tensors)
+
+    def get_iterator(self, dataset, training=False):
+        if training:
+            kwargs = self.get_params_for("iterator_train")
+            kwargs.setdefault("shuffle", True)
+            if self.iterator_train is TensorBatchIterator:
+                kwargs.setdefault("generator", self.data_generator_)
+            iterator = self.iterator_train
+        else:
+            kwargs = self.get_params_for("iterator_valid")
+            iterator = self.iterator_valid
+        bs = kwargs.pop("batch_size", self.batch_size)
+        kwargs["batch_size"] = len(dataset) if bs == -1 else bs
+        return iterator(dataset, **kwargs)
+
+    # ------------------------------------------------------------------ #
+    # fitting
+    # ------------------------------------------------------------------ #
+    def _initialize_sampling(self, n_data: int) -> None:
+        self._validate_hyperparameters()
+        self.device_ = resolve_device(self.device)
+        rng = check_random_state(self.random_state)
+        seed_module, seed_data, seed_noise = (int(s) for s in rng.randint(0, 2**31 - 1, size=3))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_module)
+            module = self._build_module()
+        with self._current_init_context("module"):
+            self.module_ = module.to(self.device_)
+        with self._current_init_context("criterion"):
+            self.criterion_ = self._build_likelihood().to(self.device_)
+        self.prior_ = make_prior(self.prior_scale)
+        self.posterior_ = Posterior(self.module_, self.criterion_, self.prior_, n_data)
+        self.sampler_ = make_sampler(self.sampler, **self.get_params_for("sampler"))
+        self.data_generator_ = torch.Generator().manual_seed(seed_data)
+        self.noise_generator_ = torch.Generator(device=self.device_).manual_seed(seed_noise)
+        self.sampler_state_ = self.sampler_.init(self.posterior_.parameters, self.noise_generator_)
+        self.trace_ = Trace(self.n_draws, burn_in=self.burn_in, thinning=self.thinning)
+        self.n_train_ = n_data
+        self.last_info_ = {}
+
+    def _batches_per_epoch(self, n_data: int) -> int:
+        bs = n_data if self.batch_size == -1 else min(self.batch_size, n_data)
+        return math.ceil(n_data / bs)
+
+    def _planned_epochs(self, n_data: int) -> int:
+        if self.max_epochs is not None:
+            return int(self.max_epochs)
+        steps = self.burn_in + self.n_draws * self.thinning
+        return max(1, math.ceil(steps / self._batches_per_epoch(n_data)))
+
+    def partial_fit(self, X, y=None, classes=None, **fit_params):
+        """Draw (more) posterior samples of the weights from ``(X, y)``.
+
+        A fresh estimator (or one re-initialised by :meth:`fit`) starts a new
+        chain; otherwise the chain continues from where it stopped and the
+        trace keeps filling. Runs ``max_epochs`` epochs, or when that is None,
+        enough epochs for ``burn_in + n_draws * thinning`` sampler steps.
+
+        Raises
+        ------
+        ValueError
+            For invalid data (NaN/inf, wrong shapes, a single class, a feature
+            count that differs from an earlier call) or hyperparameters
+            (unknown sampler name, non-positive step size, ...).
+        bayesnet.samplers.DivergenceError
+            If the chain diverges; the draws collected before are kept.
+        """
+        if not self.initialized_:
+            self.initialize()
+        fresh = getattr(self, "sampler_state_", None) is None
+        X, y = self._validate_fit_data(X, y, reset=fresh)
+        if fresh:
+            self._initialize_sampling(len(X))
+        elif len(X) != self.posterior_.n_data:
+            self.posterior_.n_data = len(X)
+        epochs = self._planned_epochs(len(X))
+        self.n_steps_planned_ = epochs * self._batches_per_epoch(len(X))
+        try:
+            super().partial_fit(X, y, epochs=epochs, **fit_params)
+        finally:
+            for _, cb in self.callbacks_:
+                if isinstance(cb, SamplingProgressBar):
+                    cb.close()
+        return self
+
+    def train_step(self, batch, **fit_params):
+        """One sampler transition on ``batch``; returns skorch's step dict.
+
+        ``loss`` is the mini-batch potential per data point, ``U / N``.
+        """
+        state, info = self.sampler_.step(self.sampler_state_, self.posterior_, batch, self.noise_generator_)
+        step = state.step
+        potential = float(info.potential)
+        if not math.isfinite(potential):
+            self._raise_divergence(step, f"potential became {potential}")
+        try:
+            self.trace_.offer(step, state.position, potential, info.is_draw)
+        except FloatingPointError:
+            self._raise_divergence(step, "parameters became non-finite")
+        scalars = info.scalars()
+        self.last_info_ = scalars
+        for key, val in scalars.items():
+            self.history.record_batch(key, val)
+        return {"loss": info.potential / self.n_train_, "y_pred": None}
+
+    def _raise_divergence(self, step: int, what: str):
+        step_size = getattr(self.sampler_, "step_size", None)
+        hint = f"sampler__step_size={step_size:g}" if step_size is not None else "the step size"
+        raise DivergenceError(
+            f"the {self.sampler_.name} chain diverged at step {step}: the {what}. Reduce the step size "
+            f"(now {hint}), e.g. by a factor of 10, or standardise the inputs. The {len(self.trace_)} draws "
+            f"collected before step {step} are kept in `trace_` and can be used for prediction.",
+            step,
+        )
+
+    def validation_step(self, batch, **fit_params):
+        Xi, yi = batch
+        with torch.no_grad():
+            loss = -self.criterion_(self.module_(Xi), yi) / len(yi)
+        return {"loss": loss, "y_pred": None}
+
+    # ------------------------------------------------------------------ #
+    # inference over draws
+    # ------------------------------------------------------------------ #
+    @property
+    def n_draws_(self) -> int:
+        """Number of retained posterior draws."""
+        return len(self.trace_)
+
+    def _draw_parameters(self) -> list[torch.Tensor]:
+        check_is_fitted(self)
+        return self.trace_.unflatten(self.trace_.draws())
+
+    def _network_outputs(self, X) -> torch.Tensor:
+        """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32."""
+        params = self._draw_parameters()
+        X = self._validate_X(X, reset=False)
+        names = [name for name, p in self.module_.named_parameters() if p.requires_grad]
+        net_params = {n: p.to(self.device_) for n, p in zip(names, params[: len(names)])}
+        n_draws = next(iter(net_params.values())).shape[0]
+
+        def single(p, xb):
+            return functional_call(self.module_, p, (xb,))
+
+        batched = torch.func.vmap(single, in_dims=(0, None))
+        rows = max(1, int(2**24 // max(1, n_draws * self._widest_layer())))
+        outs = []
+        self.module_.eval()
+        with torch.no_grad():
+            for lo in range(0, len(X), rows):
+                xb = torch.as_tensor(X[lo: lo + rows], device=self.device_)
+                outs.append(batched(net_params, xb).float().cpu())
+        return torch.cat(outs, dim=1)
+
+    def _widest_layer(self) -> int:
+        return max((p.shape[0] for p in self.module_.parameters() if p.ndim >= 1), default=1)
+
+    def __setstate__(self, state):
+        # skorch maps CUDA tensors to the available device using `device`;
+        # give it a concrete device for "auto".
+        wanted = state.get("device")
+        if wanted == "auto":
+            state["device"] = str(resolve_device("auto"))
+        super().__setstate__(state)
+        self.device = wanted
+        device = vars(self).get("device_")
+        if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+            # fitted on a GPU, loaded on a machine without one
+            self.device_ = torch.device("cpu")
+            self.noise_generator_ = torch.Generator().manual_seed(
+                int(torch.randint(0, 2**31 - 1, (1,), generator=self.data_generator_)))

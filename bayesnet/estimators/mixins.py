@@ -1,0 +1,204 @@
+"""Task heads: what classifiers and regressors add on top of :class:`BayesianNeuralNet`."""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import numpy as np
+import torch
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
+
+from ..likelihoods import CategoricalLikelihood, GaussianLikelihood
+
+__all__ = ["BayesianClassifierMixin", "BayesianRegressorMixin"]
+
+
+def _check_level(level) -> float:
+    if isinstance(level, bool) or not isinstance(level, Real) or not 0 < level < 1:
+        raise ValueError(f"level must be a probability in (0, 1), got {level!r}.")
+    return float(level)
+
+
+class BayesianClassifierMixin(ClassifierMixin):
+    """Classification head: categorical likelihood, Monte Carlo class probabilities."""
+
+    def _validate_targets(self, y, reset: bool):
+        y = column_or_1d(y, warn=True)
+        check_classification_targets(y)
+        if reset:
+            encoder = LabelEncoder().fit(y)
+            if len(encoder.classes_) < 2:
+                raise ValueError(
+                    f"{type(self).__name__} needs samples of at least 2 classes in the data, but the data "
+                    f"contains only one class: {encoder.classes_[0]!r}."
+                )
+            self.classes_ = encoder.classes_
+            self.n_outputs_ = len(self.classes_)
+        unknown = np.setdiff1d(np.unique(y), self.classes_)
+        if unknown.size:
+            raise ValueError(f"y contains labels not seen in the first fit: {unknown.tolist()}.")
+        return np.searchsorted(self.classes_, y).astype(np.int64)
+
+    def _build_likelihood(self):
+        return CategoricalLikelihood()
+
+    def predict_draws(self, X) -> np.ndarray:
+        """Class probabilities under each retained posterior draw.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_draws, n_samples, n_classes)
+            ``p(y = k | x, theta_d)`` for every draw ``theta_d``.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before ``fit``.
+        ValueError
+            On NaN/inf input or a feature count that differs from ``fit``.
+        """
+        return torch.softmax(self._network_outputs(X).double(), dim=-1).numpy()
+
+    def predict_proba(self, X, return_interval: bool = False, level: float = 0.95):
+        """Posterior predictive class probabilities (Monte Carlo average over draws).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_interval : bool, default=False
+            Also return equal-tailed credible bounds of each probability across
+            the posterior draws.
+        level : float, default=0.95
+            Credible level of the interval, in (0, 1).
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            ``(1/D) sum_d p(y = k | x, theta_d)``; rows sum to 1.
+        lower, upper : ndarray of shape (n_samples, n_classes)
+            Only with ``return_interval=True``: the ``(1 - level)/2`` and
+            ``(1 + level)/2`` quantiles over draws.
+        """
+        draws = self.predict_draws(X)
+        proba = draws.mean(axis=0)
+        if not return_interval:
+            return proba
+        level = _check_level(level)
+        lower, upper = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        return proba, lower, upper
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X):
+        """Most probable class under the posterior predictive, shape (n_samples,)."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+class BayesianRegressorMixin(RegressorMixin):
+    """Regression head: Gaussian likelihood with sampled noise, standardised targets."""
+
+    def _validate_targets(self, y, reset: bool):
+        y = np.asarray(y, dtype=np.float64)
+        if reset:
+            self._y_is_1d = y.ndim == 1
+        y2 = y.reshape(len(y), -1)
+        if reset:
+            self.n_outputs_ = y2.shape[1]
+            self.y_mean_ = y2.mean(axis=0)
+            scale = y2.std(axis=0)
+            self.y_scale_ = np.where(scale > 0, scale, 1.0)
+        elif y2.shape[1] != self.n_outputs_:
+            raise ValueError(f"y has {y2.shape[1]} columns, but the model was fitted with {self.n_outputs_}.")
+        return ((y2 - self.y_mean_) / self.y_scale_).astype(np.float32)
+
+    def _build_likelihood(self):
+        return GaussianLikelihood(self.n_outputs_, noise_shape=self.noise_shape, noise_scale=self.noise_scale)
+
+    def _draws_standardised(self, X):
+        mean = self._network_outputs(X).double()  # (D, n, k)
+        log_var = self._draw_parameters()[-1].double()  # (D, k)
+        return mean, torch.exp(0.5 * log_var)[:, None, :]
+
+    def _squeeze(self, a: np.ndarray) -> np.ndarray:
+        return a[..., 0] if self._y_is_1d else a
+
+    def predict_draws(self, X, return_noise_std: bool = False):
+        """Predictive means (and noise scales) under each retained posterior draw.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_noise_std : bool, default=False
+            Also return each draw's observation-noise standard deviation.
+
+        Returns
+        -------
+        means : ndarray of shape (n_draws, n_samples) or (n_draws, n_samples, n_outputs)
+            ``f_theta_d(x)`` in the units of ``y``.
+        noise_std : ndarray of shape (n_draws,) or (n_draws, n_outputs)
+            Only with ``return_noise_std=True``: ``sigma_d`` in the units of ``y``.
+        """
+        mean, std = self._draws_standardised(X)
+        means = self._squeeze(mean.numpy() * self.y_scale_ + self.y_mean_)
+        if not return_noise_std:
+            return means
+        return means, self._squeeze(std[:, 0, :].numpy() * self.y_scale_)
+
+    def predict(self, X, return_std: bool = False, return_interval: bool = False, level: float = 0.95):
+        """Posterior predictive mean, with optional standard deviation and interval.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the posterior predictive standard deviation
+            ``sqrt(mean_d sigma_d^2 + var_d f_d(x))``, which includes the
+            sampled observation noise (as ``GaussianProcessRegressor``).
+        return_interval : bool, default=False
+            Also return the equal-tailed posterior predictive interval: the
+            quantiles of the mixture ``(1/D) sum_d N(f_d(x), sigma_d^2)``,
+            found by bisection (deterministic).
+        level : float, default=0.95
+            Probability mass of the interval, in (0, 1).
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        std : ndarray, same shape, only with ``return_std``
+        lower, upper : ndarrays, same shape, only with ``return_interval``
+        """
+        mean_d, std_d = self._draws_standardised(X)  # (D, n, k), (D, 1, k)
+        mean = mean_d.mean(dim=0)
+        out = [self._squeeze(mean.numpy() * self.y_scale_ + self.y_mean_)]
+        if return_std:
+            var = (std_d**2).mean(dim=0) + mean_d.var(dim=0, unbiased=False)
+            out.append(self._squeeze(var.sqrt().numpy() * self.y_scale_))
+        if return_interval:
+            level = _check_level(level)
+            for q in ((1 - level) / 2, (1 + level) / 2):
+                out.append(self._squeeze(_mixture_quantile(mean_d, std_d, q).numpy() * self.y_scale_ + self.y_mean_))
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def _mixture_quantile(means: torch.Tensor, stds: torch.Tensor, q: float, iterations: int = 60) -> torch.Tensor:
+    """Quantile ``q`` of the equal-weight Gaussian mixture over the leading axis."""
+    lo = (means - 8 * stds).min(dim=0).values
+    hi = (means + 8 * stds).max(dim=0).values
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        cdf = torch.special.ndtr((mid - means) / stds).mean(dim=0)
+        below = cdf < q
+        lo = torch.where(below, mid, lo)
+        hi = torch.where(below, hi, mid)
+    return 0.5 * (lo + hi)

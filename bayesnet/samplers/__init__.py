@@ -1,0 +1,33 @@
+"""Sampling kernels, one module per algorithm, and their registry.
+
+Use :func:`make_sampler` (or the estimators' ``sampler=`` parameter) with one
+of :func:`available_samplers`.
+"""
+
+from .base import (
+    DivergenceError,
+    Potential,
+    Sampler,
+    SamplerState,
+    StepInfo,
+    available_samplers,
+    get_sampler_class,
+    make_sampler,
+    register_sampler,
+)
+from .sghmc import SGHMC
+from .sgld import SGLD
+
+__all__ = [
+    "DivergenceError",
+    "Potential",
+    "Sampler",
+    "SamplerState",
+    "StepInfo",
+    "available_samplers",
+    "get_sampler_class",
+    "make_sampler",
+    "register_sampler",
+    "SGHMC",
+    "SGLD",
+]

@@ -1,0 +1,250 @@
+"""Kernel interface shared by all samplers, and the sampler registry.
+
+A sampler is a small object that holds only hyperparameters. Its chain lives
+in an explicit :class:`SamplerState`; one call of :meth:`Sampler.step`
+advances it by one transition and returns diagnostics in a :class:`StepInfo`.
+Randomness comes only from the ``torch.Generator`` passed in, so the same
+generator seed reproduces the same chain.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+from numbers import Real
+from typing import Any, ClassVar, Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Potential",
+    "SamplerState",
+    "StepInfo",
+    "Sampler",
+    "DivergenceError",
+    "register_sampler",
+    "get_sampler_class",
+    "make_sampler",
+    "available_samplers",
+    "check_finite",
+]
+
+
+class Potential(Protocol):
+    """What a sampler needs from the target: ``U`` and ``grad U`` on a batch.
+
+    ``parameters`` are the position tensors the sampler moves (leaf tensors,
+    updated in place); ``value_and_grad(batch)`` returns the (mini-batch
+    estimate of the) potential ``U(theta) = -log posterior`` as a 0-d tensor
+    and its gradient, one tensor per parameter. See
+    :class:`bayesnet.posterior.Posterior` for the network posterior.
+    """
+
+    parameters: list[Tensor]
+
+    def value_and_grad(self, batch: Any) -> tuple[Tensor, list[Tensor]]: ...
+
+
+class DivergenceError(FloatingPointError):
+    """A chain produced a non-finite potential or position.
+
+    Attributes
+    ----------
+    step : int
+        The 1-based sampler step at which the divergence was detected.
+    """
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+@dataclass
+class SamplerState:
+    """Explicit state of a chain.
+
+    Attributes
+    ----------
+    position : list of Tensor
+        ``theta``, one tensor per parameter; these are the potential's own
+        parameter tensors, updated in place.
+    momentum : list of Tensor or None
+        ``r`` in velocity-per-step units (see :mod:`.integrators`), or None for
+        first-order samplers such as SGLD.
+    step : int
+        Number of transitions taken so far.
+    extra : dict
+        Sampler-specific variables (thermostats, tempering variable, ...).
+    """
+
+    position: list[Tensor]
+    momentum: list[Tensor] | None = None
+    step: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepInfo:
+    """Diagnostics of one transition.
+
+    Attributes
+    ----------
+    potential : Tensor
+        0-d tensor, the (mini-batch) potential ``U`` evaluated during the step
+        at the position the step returns.
+    kinetic_energy : Tensor or None
+        ``K = sum(r**2) / (2 eta)`` after the step, for samplers with momentum.
+    kinetic_temperature : Tensor or None
+        ``2 K / D``; its long-run average should equal ``temperature``.
+    is_draw : bool
+        Whether the new position counts as a sample (TACT-HMC collects only
+        at unit temperature; HMC counts each trajectory).
+    extra : dict
+        Further scalars (acceptance, thermostat value, ...).
+    """
+
+    potential: Tensor
+    kinetic_energy: Tensor | None = None
+    kinetic_temperature: Tensor | None = None
+    is_draw: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def scalars(self) -> dict[str, float]:
+        """All diagnostics as Python floats (for skorch's history)."""
+        out = {"potential": float(self.potential)}
+        if self.kinetic_energy is not None:
+            out["kinetic_energy"] = float(self.kinetic_energy)
+        if self.kinetic_temperature is not None:
+            out["kinetic_temperature"] = float(self.kinetic_temperature)
+        for key, val in self.extra.items():
+            out[key] = float(val)
+        return out
+
+
+class Sampler:
+    """Base class of the sampling kernels.
+
+    Subclasses declare their hyperparameters as keyword arguments of
+    ``__init__`` with defaults, list the strictly positive ones in
+    ``_positive`` and the non-negative ones in ``_non_negative``, and implement
+    :meth:`init` and :meth:`step`.
+
+    Raises
+    ------
+    TypeError
+        On a hyperparameter the sampler does not have (the message lists the
+        valid ones).
+    ValueError
+        On a non-finite or out-of-range hyperparameter.
+    """
+
+    name: ClassVar[str] = ""
+    _positive: ClassVar[tuple[str, ...]] = ()
+    _non_negative: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def hyperparameter_names(cls) -> list[str]:
+        """Names accepted by ``__init__`` (and hence as ``sampler__<name>``)."""
+        sig = inspect.signature(cls.__init__)
+        return [p for p in sig.parameters if p != "self"]
+
+    @classmethod
+    def from_params(cls, **params: Any) -> "Sampler":
+        """Build the sampler, with a clear error for unknown hyperparameters."""
+        valid = cls.hyperparameter_names()
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise TypeError(
+                f"sampler {cls.name!r} got unknown hyperparameter(s) {unknown}; "
+                f"valid ones are {valid} (set them as sampler__<name>)."
+            )
+        return cls(**params)
+
+    def _validate(self) -> None:
+        for key in self._positive + self._non_negative:
+            val = getattr(self, key)
+            if isinstance(val, bool) or not isinstance(val, Real) or not math.isfinite(val):
+                raise ValueError(f"{self.name}: {key} must be a finite number, got {val!r}.")
+            if key in self._positive and val <= 0:
+                raise ValueError(f"{self.name}: {key} must be > 0, got {val!r}.")
+            if key in self._non_negative and val < 0:
+                raise ValueError(f"{self.name}: {key} must be >= 0, got {val!r}.")
+
+    def get_params(self) -> dict[str, Any]:
+        """Current hyperparameters."""
+        return {k: getattr(self, k) for k in self.hyperparameter_names()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
+        """Start a chain at ``position`` (the tensors are used, not copied)."""
+        raise NotImplementedError
+
+    def step(
+        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
+    ) -> tuple[SamplerState, StepInfo]:
+        """Advance the chain by one transition on ``batch`` (in place)."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[Sampler]] = {}
+
+
+def register_sampler(cls: type[Sampler]) -> type[Sampler]:
+    """Class decorator that makes a sampler available under ``cls.name``."""
+    if not cls.name:
+        raise ValueError("a registered sampler needs a non-empty `name`")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_samplers() -> list[str]:
+    """Names of the registered samplers, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_sampler_class(name: str) -> type[Sampler]:
+    """Look up a sampler class by name.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not registered; the message lists the valid names.
+    """
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown sampler {name!r}; valid names are {available_samplers()}."
+        ) from None
+
+
+def make_sampler(sampler: "str | Sampler | type[Sampler]", **params: Any) -> Sampler:
+    """Resolve ``sampler`` (a name, class or instance) into a configured instance.
+
+    ``params`` override an instance's hyperparameters.
+    """
+    if isinstance(sampler, Sampler):
+        merged = {**sampler.get_params(), **params}
+        return type(sampler).from_params(**merged)
+    if isinstance(sampler, type) and issubclass(sampler, Sampler):
+        return sampler.from_params(**params)
+    return get_sampler_class(sampler).from_params(**params)
+
+
+def check_finite(potential: Tensor, step: int, sampler: Sampler, where: str = "potential") -> None:
+    """Raise :class:`DivergenceError` if ``potential`` is not finite."""
+    if not bool(torch.isfinite(potential).all()):
+        raise DivergenceError(
+            f"the {sampler.name} chain diverged at step {step}: the {where} became "
+            f"{float(potential) if potential.numel() == 1 else 'non-finite'}. "
+            f"Reduce the step size (currently sampler__step_size="
+            f"{getattr(sampler, 'step_size', '?')}), e.g. by a factor of 10; the draws "
+            f"collected before this step are kept.",
+            step,
+        )
+

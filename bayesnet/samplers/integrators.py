@@ -1,0 +1,138 @@
+"""The A, B, O building blocks shared by every Langevin and Hamiltonian sampler.
+
+Splitting the generator of underdamped Langevin dynamics as ``L = A + B + O``
+(paper 004, Sec. 2, eqs. 10-13) gives three exactly solvable sub-steps. Every
+sampler in :mod:`bayesnet.samplers` is a composition of these functions, so
+that e.g. SGHMC is ``A B O`` (with a first-order friction), BAOAB is
+``B A O A B`` and HMC's leapfrog is ``B A B``.
+
+All functions act in place on *lists* of tensors (one tensor per network
+parameter), use PyTorch's fused ``_foreach`` kernels, and never build an
+autograd graph. Momenta are kept in *velocity-per-step* units
+``r = p * h / m`` with ``eta = h**2 / m`` (paper 000, Sec. 3.3), in which
+
+* A:  ``theta <- theta + c * r``
+* B:  ``r <- r - c * eta * grad U(theta)``
+* O:  ``r <- a * r + sqrt((1 - a**2) * eta * T) * xi``,  ``xi ~ N(0, I)``
+
+where ``c`` is the fraction of the step (1 or 1/2) and ``a`` the momentum
+decay. In these units the kinetic energy is ``sum(r**2) / (2 * eta)`` and the
+equilibrium kinetic temperature ``sum(r**2) / (eta * D)`` equals ``T``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "gaussian_like",
+    "position_step",
+    "gradient_step",
+    "ornstein_uhlenbeck_step",
+    "add_noise",
+    "squared_norm",
+    "numel",
+]
+
+
+def numel(tensors: Sequence[Tensor]) -> int:
+    """Total number of elements ``D`` in a list of tensors."""
+    return sum(t.numel() for t in tensors)
+
+
+def gaussian_like(tensors: Sequence[Tensor], generator: torch.Generator | None) -> list[Tensor]:
+    """Standard normal noise shaped like ``tensors``, from one draw of ``generator``.
+
+    One ``randn`` call of the total size is split into views, which is cheaper
+    than one call per tensor and makes the stream independent of how the
+    parameters are grouped into tensors.
+
+    Parameters
+    ----------
+    tensors : sequence of Tensor
+        Templates for shape, dtype and device.
+    generator : torch.Generator or None
+        Source of randomness; must live on the tensors' device.
+
+    Returns
+    -------
+    list of Tensor
+        ``xi_k ~ N(0, I)`` with ``xi_k.shape == tensors[k].shape``.
+    """
+    first = tensors[0]
+    flat = torch.randn(numel(tensors), generator=generator, device=first.device, dtype=first.dtype)
+    return [chunk.view_as(t) for chunk, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+
+
+@torch.no_grad()
+def position_step(position: Sequence[Tensor], momentum: Sequence[Tensor], fraction: float = 1.0) -> None:
+    """A step: ``theta <- theta + fraction * r`` (paper 004, eq. 13, ``A_eps``)."""
+    torch._foreach_add_(list(position), list(momentum), alpha=fraction)
+
+
+@torch.no_grad()
+def gradient_step(momentum: Sequence[Tensor], gradient: Sequence[Tensor], step_size: float) -> None:
+    """B step: ``r <- r - step_size * grad`` (paper 004, eq. 13, ``B_eps``).
+
+    Applied to positions instead of momenta it is a gradient-descent step,
+    which is how SGLD uses it.
+    """
+    torch._foreach_add_(list(momentum), list(gradient), alpha=-step_size)
+
+
+@torch.no_grad()
+def add_noise(tensors: Sequence[Tensor], std: float, generator: torch.Generator | None) -> None:
+    """``x <- x + std * xi`` with ``xi ~ N(0, I)`` drawn from ``generator``."""
+    if std > 0.0:
+        torch._foreach_add_(list(tensors), gaussian_like(tensors, generator), alpha=std)
+
+
+@torch.no_grad()
+def ornstein_uhlenbeck_step(
+    momentum: Sequence[Tensor], decay: float, noise_std: float, generator: torch.Generator | None
+) -> None:
+    """O step: ``r <- decay * r + noise_std * xi`` (paper 004, eqs. 11-13, ``O_eps``).
+
+    For the exact Ornstein-Uhlenbeck flow over a time ``h`` with friction
+    ``gamma`` use ``decay = exp(-gamma * h)`` and
+    ``noise_std = sqrt((1 - decay**2) * eta * T)``; SGHMC's first-order
+    friction (Chen et al. 2014, eq. 15) uses ``decay = 1 - alpha`` and
+    ``noise_std = sqrt(2 * (alpha - beta_hat) * eta * T)``.
+    """
+    if decay != 1.0:
+        torch._foreach_mul_(list(momentum), decay)
+    add_noise(momentum, noise_std, generator)
+
+
+@torch.no_grad()
+def squared_norm(tensors: Sequence[Tensor]) -> Tensor:
+    """``sum_k ||x_k||^2`` as a 0-d tensor on the tensors' device."""
+    norms = torch._foreach_norm(list(tensors))
+    return torch.stack(norms).square().sum()
+
+
+def exact_ou_coefficients(friction: float, time_step: float, eta: float, temperature: float) -> tuple[float, float]:
+    """Decay and noise of the exact O step in velocity-per-step units.
+
+    Parameters
+    ----------
+    friction : float
+        ``gamma`` (1 / time unit).
+    time_step : float
+        Duration ``h`` of the O step.
+    eta : float
+        ``h_full**2 / m`` of the momentum units in use.
+    temperature : float
+        ``T = 1 / beta``.
+
+    Returns
+    -------
+    decay, noise_std : float
+        ``a = exp(-gamma h)`` and ``sqrt((1 - a**2) eta T)``.
+    """
+    a = math.exp(-friction * time_step)
+    return a, math.sqrt(max(1.0 - a * a, 0.0) * eta * temperature)
