@@ -202,6 +202,10 @@ class BayesianNeuralNet(NeuralNet):
         tags.input_tags.allow_nan = False
         return tags
 
+    def _get_param_names(self):
+        # skorch lists every public attribute; keep private ones out of get_params.
+        return [k for k in super()._get_param_names() if not k.startswith("_")]
+
     def _validate_hyperparameters(self) -> None:
         constraints = dict(self._parameter_constraints)
         constraints["sampler"] = [StrOptions(set(available_samplers())), Sampler, type]
@@ -326,6 +330,12 @@ class BayesianNeuralNet(NeuralNet):
         bayesnet.samplers.DivergenceError
             If the chain diverges; the draws collected before are kept.
         """
+        fit_params.pop("_routing_method", None)
+        if fit_params:
+            raise TypeError(
+                f"{type(self).__name__}.fit got unexpected fit parameter(s) {sorted(fit_params)}; "
+                "sample weights and forward arguments are not supported."
+            )
         if not self.initialized_:
             self.initialize()
         fresh = getattr(self, "sampler_state_", None) is None
@@ -337,7 +347,7 @@ class BayesianNeuralNet(NeuralNet):
         epochs = self._planned_epochs(len(X))
         self.n_steps_planned_ = epochs * self._batches_per_epoch(len(X))
         try:
-            super().partial_fit(X, y, epochs=epochs, **fit_params)
+            super().partial_fit(X, y, epochs=epochs)
         finally:
             for _, cb in self.callbacks_:
                 if isinstance(cb, SamplingProgressBar):

@@ -102,11 +102,22 @@ class BayesianClassifierMixin(ClassifierMixin):
 
     def predict(self, X):
         """Most probable class under the posterior predictive, shape (n_samples,)."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
 
 class BayesianRegressorMixin(RegressorMixin):
     """Regression head: Gaussian likelihood with sampled noise, standardised targets."""
+
+    @property
+    def predict_proba(self):
+        # skorch's NeuralNet defines predict_proba; a regressor has none.
+        raise AttributeError(f"{type(self).__name__} has no predict_proba; use predict(X, return_std=True).")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
     def _validate_targets(self, y, reset: bool):
         y = np.asarray(y, dtype=np.float64)
