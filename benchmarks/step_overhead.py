@@ -1,0 +1,400 @@
+"""Per-step overhead of the SG-MCMC samplers, against hand-written torch loops.
+
+What is measured
+----------------
+For each sampler (SGLD, SGHMC) and one network, a 784-100-10 ReLU MLP trained
+with mini-batches of 128 rows of random data (4096 rows, 784 features in
+[0, 1), 10 classes, float32) on the CPU, the median wall time of one step of:
+
+kernel
+    The bare sampling kernel: ``sampler = make_sampler(name, ...)``,
+    ``state = sampler.init(posterior.parameters, gen)`` and a loop of
+    ``sampler.step(state, posterior, batch, gen)`` with
+    ``posterior = Posterior(module, CategoricalLikelihood(), GaussianPrior(1.0),
+    n_data=N)``. This includes the potential's forward/backward and whatever
+    the kernel adds (diagnostics in :class:`~bayesnet.samplers.StepInfo`,
+    e.g. SGHMC's kinetic energy).
+estimator
+    ``BayesianMLPClassifier(...).fit(X, y)``: total wall time of a fresh fit
+    divided by the number of sampler steps it ran (read from the skorch
+    history). Nothing is subtracted, so this includes the one-off setup
+    (input validation, building the network, skorch initialisation) and the
+    per-step bookkeeping of the estimator (skorch callbacks and history,
+    ``float()`` of the diagnostics, the trace). The number of steps is chosen
+    large enough that the setup is a small fraction.
+hand-written
+    The same update on the same batches written directly with torch:
+    ``cross_entropy(sum) * N/|B| + 0.5 * sum(p**2) / s**2``,
+    ``torch.autograd.grad`` and the update with ``torch._foreach_*`` ops, the
+    noise drawn as one flat ``randn`` split into views, exactly as the kernel
+    does, but without any diagnostics. This is the floor the kernel should
+    get close to.
+SGD
+    A plain ``torch.optim.SGD`` step (``zero_grad``, mean cross-entropy,
+    ``backward``, ``step``) on the same network and batches: what a user would
+    compare a Bayesian fit against.
+
+Every variant draws its batches from its own
+``TensorBatchIterator(TensorDataset(X, y), batch_size=128, shuffle=True,
+generator=torch.Generator().manual_seed(0))``, cycled over epochs, so batch
+creation (a shuffled ``index_select``) is part of every step.
+
+Why
+---
+The samplers are meant to cost no more than the optimisation step they
+replace. The targets checked are: kernel <= 1.10x hand-written, estimator
+loop <= 1.25x hand-written. The ratio to SGD is printed for context (a
+sampler does a little more arithmetic: noise draws and, for SGHMC, momentum).
+
+Method
+------
+All variants are warmed up, then each is run ``--repeats`` times for
+``--steps`` steps; the repeats are interleaved (variant after variant, sampler
+after sampler) so that slow drift of the machine affects all equally, and the
+median microseconds per step over the repeats is reported. Chains continue
+across repeats (the estimator is refitted from scratch each repeat). Before
+timing, the kernel and the hand-written loop are run side by side from the
+same start for a few steps to check that they compute the same update.
+
+Usage
+-----
+From the repository root::
+
+    python benchmarks/step_overhead.py                # ~1 minute on 2 cores
+    python benchmarks/step_overhead.py --threads 1 --steps 512 --repeats 7
+    python benchmarks/step_overhead.py --samplers sghmc --profile
+
+``--profile`` runs ``cProfile`` on one estimator fit of the first sampler and
+prints the top entries by cumulative and by own time, to explain a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import math
+import os
+import pstats
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import bayesnet
+from bayesnet.estimators.base import TensorBatchIterator
+from bayesnet.likelihoods import CategoricalLikelihood
+from bayesnet.posterior import Posterior
+from bayesnet.priors import GaussianPrior
+from bayesnet.samplers import make_sampler
+
+N_ROWS, N_FEATURES, N_HIDDEN, N_CLASSES = 4096, 784, 100, 10
+BATCH_SIZE = 128
+PRIOR_SCALE = 1.0
+TEMPERATURE = 1.0
+# Small enough that the chains stay finite for tens of thousands of steps on
+# this data (the largest curvature of U is of order N * 784 / 4).
+STEP_SIZE = 1e-6
+FRICTION = 0.05  # SGHMC default
+SGD_LR = 0.01
+
+KERNEL_TARGET = 1.10
+ESTIMATOR_TARGET = 1.25
+
+
+# --------------------------------------------------------------------------- #
+# data and shared pieces
+# --------------------------------------------------------------------------- #
+def make_data(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(N_ROWS, N_FEATURES, generator=g, dtype=torch.float32)
+    y = torch.randint(0, N_CLASSES, (N_ROWS,), generator=g)
+    return X, y
+
+
+def make_network() -> nn.Sequential:
+    """The 784-100-10 ReLU MLP, always with the same initial weights."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(N_FEATURES, N_HIDDEN), nn.ReLU(), nn.Linear(N_HIDDEN, N_CLASSES))
+
+
+def make_iterator(X, y) -> TensorBatchIterator:
+    return TensorBatchIterator(torch.utils.data.TensorDataset(X, y), batch_size=BATCH_SIZE, shuffle=True,
+                               generator=torch.Generator().manual_seed(0))
+
+
+def cycle(iterator):
+    """Batches of ``iterator`` forever, a fresh shuffle each epoch."""
+    while True:
+        yield from iterator
+
+
+def sampler_params(name: str) -> dict:
+    params = {"step_size": STEP_SIZE, "temperature": TEMPERATURE}
+    if name == "sghmc":
+        params["friction"] = FRICTION
+    return params
+
+
+# --------------------------------------------------------------------------- #
+# the four variants; each is an object with run(n_steps) -> seconds
+# --------------------------------------------------------------------------- #
+class KernelLoop:
+    """(a) ``sampler.step`` on a ``Posterior``."""
+
+    def __init__(self, name, X, y):
+        self.module = make_network()
+        self.posterior = Posterior(self.module, CategoricalLikelihood(), GaussianPrior(PRIOR_SCALE), n_data=len(X))
+        self.sampler = make_sampler(name, **sampler_params(name))
+        self.gen = torch.Generator().manual_seed(1)
+        self.state = self.sampler.init(self.posterior.parameters, self.gen)
+        self.batches = cycle(make_iterator(X, y))
+
+    def run(self, n_steps: int) -> float:
+        sampler, state, posterior, gen, batches = self.sampler, self.state, self.posterior, self.gen, self.batches
+        t0 = time.perf_counter()
+        for _ in range(n_steps):
+            state, info = sampler.step(state, posterior, next(batches), gen)
+        elapsed = time.perf_counter() - t0
+        self.state = state
+        return elapsed
+
+
+class HandWrittenLoop:
+    """(c) The same update as the kernel, written inline, no diagnostics."""
+
+    def __init__(self, name, X, y):
+        self.name = name
+        self.module = make_network()
+        self.params = [p for p in self.module.parameters()]
+        self.sizes = [p.numel() for p in self.params]
+        self.n_params = sum(self.sizes)
+        self.scale = len(X) / BATCH_SIZE  # N / |B|; every batch is full since 4096 = 32 * 128
+        self.gen = torch.Generator().manual_seed(1)
+        self.batches = cycle(make_iterator(X, y))
+        self.eta = STEP_SIZE
+        if name == "sgld":
+            self.noise_std = math.sqrt(2.0 * STEP_SIZE * TEMPERATURE)
+            self.momentum = None
+        elif name == "sghmc":
+            # same initial momentum draw as SGHMC.init: one flat randn, split, scaled
+            self.noise_std = math.sqrt(2.0 * FRICTION * STEP_SIZE * TEMPERATURE)
+            self.decay = 1.0 - FRICTION
+            std0 = math.sqrt(STEP_SIZE * TEMPERATURE)
+            flat = torch.randn(self.n_params, generator=self.gen)
+            self.momentum = [c.view_as(p).mul_(std0) for c, p in zip(flat.split(self.sizes), self.params)]
+        else:
+            raise ValueError(f"no hand-written loop for sampler {name!r}")
+
+    def _noise(self):
+        flat = torch.randn(self.n_params, generator=self.gen)
+        return [c.view_as(p) for c, p in zip(flat.split(self.sizes), self.params)]
+
+    def _grad(self, X, y):
+        params = self.params
+        loss = F.cross_entropy(self.module(X), y, reduction="sum") * self.scale \
+            + 0.5 * sum((p * p).sum() for p in params) / PRIOR_SCALE**2
+        return torch.autograd.grad(loss, params)
+
+    def run(self, n_steps: int) -> float:
+        params, batches, eta, std = self.params, self.batches, self.eta, self.noise_std
+        t0 = time.perf_counter()
+        if self.name == "sgld":
+            for _ in range(n_steps):
+                X, y = next(batches)
+                grads = self._grad(X, y)
+                with torch.no_grad():
+                    torch._foreach_add_(params, grads, alpha=-eta)  # theta -= eta * g
+                    torch._foreach_add_(params, self._noise(), alpha=std)  # theta += sqrt(2 eta T) xi
+        else:
+            v, decay = self.momentum, self.decay
+            for _ in range(n_steps):
+                X, y = next(batches)
+                with torch.no_grad():
+                    torch._foreach_add_(params, v)  # theta += v
+                grads = self._grad(X, y)  # g at the new theta
+                with torch.no_grad():
+                    # as SGHMC.step (B then O): v = (1 - alpha) * (v - eta g) + sqrt(2 alpha eta T) xi
+                    torch._foreach_add_(v, grads, alpha=-eta)
+                    torch._foreach_mul_(v, decay)
+                    torch._foreach_add_(v, self._noise(), alpha=std)
+        return time.perf_counter() - t0
+
+
+class SGDLoop:
+    """(d) ``torch.optim.SGD`` on the mean cross-entropy."""
+
+    def __init__(self, name, X, y):
+        self.module = make_network()
+        self.optimizer = torch.optim.SGD(self.module.parameters(), lr=SGD_LR)
+        self.batches = cycle(make_iterator(X, y))
+
+    def run(self, n_steps: int) -> float:
+        module, optimizer, batches = self.module, self.optimizer, self.batches
+        t0 = time.perf_counter()
+        for _ in range(n_steps):
+            X, y = next(batches)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(module(X), y)
+            loss.backward()
+            optimizer.step()
+        return time.perf_counter() - t0
+
+
+def make_estimator(name: str, n_steps: int) -> bayesnet.BayesianMLPClassifier:
+    return bayesnet.BayesianMLPClassifier(
+        hidden_layer_sizes=(N_HIDDEN,), sampler=name, batch_size=BATCH_SIZE, burn_in=n_steps - 1, n_draws=1,
+        thinning=1, prior_scale=PRIOR_SCALE, random_state=0,
+        # the same batch order as the other variants (by default it is seeded from random_state)
+        iterator_train__generator=torch.Generator().manual_seed(0),
+        **{f"sampler__{k}": v for k, v in sampler_params(name).items()},
+    )
+
+
+def steps_run(est) -> int:
+    return sum(len(epoch["batches"]) for epoch in est.history_)
+
+
+class EstimatorFit:
+    """(b) A fresh ``BayesianMLPClassifier.fit``; time / steps, setup included."""
+
+    def __init__(self, name, X, y):
+        self.name = name
+        self.X, self.y = X.numpy(), y.numpy()
+
+    def run(self, n_steps: int) -> tuple[float, int]:
+        est = make_estimator(self.name, n_steps)
+        t0 = time.perf_counter()
+        est.fit(self.X, self.y)
+        elapsed = time.perf_counter() - t0
+        return elapsed, steps_run(est)
+
+
+VARIANTS = (("kernel", KernelLoop), ("estimator", EstimatorFit), ("hand", HandWrittenLoop), ("sgd", SGDLoop))
+
+
+# --------------------------------------------------------------------------- #
+# checks, timing, report
+# --------------------------------------------------------------------------- #
+def check_same_update(name, X, y, n_steps: int = 10) -> float:
+    """Max |theta_kernel - theta_hand| after ``n_steps`` from the same start, batches and noise."""
+    kernel, hand = KernelLoop(name, X, y), HandWrittenLoop(name, X, y)
+    kernel.run(n_steps)
+    hand.run(n_steps)
+    with torch.no_grad():
+        return max(float((a - b).abs().max()) for a, b in zip(kernel.module.parameters(), hand.params))
+
+
+def time_all(samplers, X, y, steps, estimator_steps, repeats, warmup):
+    loops = {(s, v): cls(s, X, y) for s in samplers for v, cls in VARIANTS}
+    # warm-up: every variant once (the estimator with a short fit)
+    for (s, v), loop in loops.items():
+        loop.run(max(BATCH_SIZE // 4, 32) if v == "estimator" else warmup)
+    per_step = {key: [] for key in loops}
+    n_est_steps = {}
+    for _ in range(repeats):
+        for s in samplers:
+            for v, _cls in VARIANTS:
+                gc.collect()
+                if v == "estimator":
+                    elapsed, n = loops[s, v].run(estimator_steps)
+                    n_est_steps[s] = n
+                else:
+                    elapsed, n = loops[s, v].run(steps), steps
+                per_step[s, v].append(1e6 * elapsed / n)
+    return {key: statistics.median(vals) for key, vals in per_step.items()}, per_step, n_est_steps
+
+
+def print_table(samplers, med, raw):
+    header = (f"{'sampler':<8} | {'kernel µs':>9} | {'estimator µs':>12} | {'hand-written µs':>15} | "
+              f"{'SGD µs':>8} | {'kernel/hand':>11} | {'estimator/hand':>14} | {'kernel/SGD':>10} | "
+              f"{'kernel':>6} | {'estim.':>6}")
+    print(header)
+    print("-" * len(header))
+    all_pass = True
+    for s in samplers:
+        k, e, h, g = (med[s, v] for v in ("kernel", "estimator", "hand", "sgd"))
+        k_ok, e_ok = k / h <= KERNEL_TARGET, e / h <= ESTIMATOR_TARGET
+        all_pass &= k_ok and e_ok
+        print(f"{s:<8} | {k:9.1f} | {e:12.1f} | {h:15.1f} | {g:8.1f} | {k / h:11.3f} | {e / h:14.3f} | "
+              f"{k / g:10.3f} | {'PASS' if k_ok else 'MISS':>6} | {'PASS' if e_ok else 'MISS':>6}")
+    print(f"targets: kernel/hand <= {KERNEL_TARGET:.2f}, estimator/hand <= {ESTIMATOR_TARGET:.2f} "
+          f"(medians of µs/step)")
+    print("spread (min-max µs/step over repeats):")
+    for s in samplers:
+        parts = [f"{v} {min(raw[s, v]):.0f}-{max(raw[s, v]):.0f}" for v in ("kernel", "estimator", "hand", "sgd")]
+        print(f"  {s:<6} " + ", ".join(parts))
+    return all_pass
+
+
+def profile_fit(name, X, y, n_steps, top=25):
+    est = make_estimator(name, n_steps)
+    Xn, yn = X.numpy(), y.numpy()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    est.fit(Xn, yn)
+    profiler.disable()
+    n = steps_run(est)
+    for key, label in (("cumulative", "cumulative"), ("tottime", "own (tottime)")):
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(key)
+        stats.print_stats(top)
+        print(f"\n--- cProfile of {name} estimator fit ({n} steps), top {top} by {label} time ---")
+        text = out.getvalue()
+        # drop pstats' preamble up to the column header
+        print(text[text.find("   ncalls"):].rstrip())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=512,
+                        help="steps per timed repeat of the kernel, hand-written and SGD loops (default 512)")
+    parser.add_argument("--estimator-steps", type=int, default=2048,
+                        help="sampler steps of each timed estimator fit, rounded up to whole epochs "
+                             "(default 2048; large so that the fit's setup is amortised)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per variant (default 5)")
+    parser.add_argument("--warmup", type=int, default=100, help="warm-up steps per loop (default 100)")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    parser.add_argument("--samplers", nargs="+", default=["sgld", "sghmc"], choices=["sgld", "sghmc"],
+                        help="samplers to time (default: sgld sghmc)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile one estimator fit of the first sampler and print the top entries")
+    parser.add_argument("--profile-top", type=int, default=25, help="entries per profile listing (default 25)")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    X, y = make_data()
+    print(f"bayesnet {bayesnet.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
+          f"python {sys.version.split()[0]}; threads={torch.get_num_threads()}")
+    print(f"MLP {N_FEATURES}-{N_HIDDEN}-{N_CLASSES} ReLU, N={N_ROWS}, batch={BATCH_SIZE}, float32, CPU; "
+          f"step_size={STEP_SIZE:g}; {args.repeats} repeats x {args.steps} steps "
+          f"(estimator: fresh fit of ~{args.estimator_steps} steps, setup included)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > 0.5:
+        print(f"WARNING: 1-minute load average is {load:.1f} on {os.cpu_count()} CPUs; other processes "
+              f"competing for the cores inflate and scatter the timings (OpenMP threads spin).")
+    for s in args.samplers:
+        print(f"same-update check {s}: max|theta_kernel - theta_hand| after 10 steps = "
+              f"{check_same_update(s, X, y):.2e}")
+
+    t0 = time.perf_counter()
+    med, raw, n_est = time_all(args.samplers, X, y, args.steps, args.estimator_steps, args.repeats, args.warmup)
+    print(f"timing took {time.perf_counter() - t0:.0f} s; estimator fits ran "
+          + ", ".join(f"{s}: {n} steps" for s, n in n_est.items()) + "\n")
+    all_pass = print_table(args.samplers, med, raw)
+    print("overall:", "PASS" if all_pass else "MISS")
+
+    if args.profile:
+        profile_fit(args.samplers[0], X, y, args.estimator_steps, args.profile_top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
