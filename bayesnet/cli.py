@@ -170,10 +170,11 @@ def _predict(args) -> int:
     if meta["task"] == "forecast":
         from .timeseries import make_forecasting_windows
 
-        if meta["target"] is None:
-            raise SystemExit("error: this model was fitted on the bundled series; pass a CSV with the column "
-                             "--column holding the series.")
-        _, series, _ = _read_csv(args.data, args.column or meta["target"])
+        column = args.column or meta["target"]
+        if column is None:
+            raise SystemExit("error: this model was fitted on the bundled series; name the CSV column holding "
+                             "the series with --column.")
+        _, series, _ = _read_csv(args.data, column)
         series = series.astype(float)
         padded = np.concatenate([series, [np.nan]])  # the next, unobserved value
         X, _ = make_forecasting_windows(np.nan_to_num(padded), n_lags=meta["n_lags"])

@@ -93,7 +93,8 @@ class StepInfo:
     ----------
     potential : Tensor
         0-d tensor, the (mini-batch) potential ``U`` evaluated during the step
-        at the position the step returns.
+        (SGHMC: at the position the step returns; SGLD: at the position it
+        started from, where its gradient is taken).
     kinetic_energy : Tensor or None
         ``K = sum(r**2) / (2 eta)`` after the step, for samplers with momentum.
     kinetic_temperature : Tensor or None

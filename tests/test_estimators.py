@@ -1,0 +1,179 @@
+"""Behaviour of the MLP estimators: predictions with uncertainty, sklearn plumbing, bad input."""
+
+import io
+import pickle
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer, make_regression
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor, DivergenceError
+from bayesnet.metrics import interval_coverage
+
+FAST = dict(hidden_layer_sizes=(16,), n_draws=20, burn_in=200, thinning=5, batch_size=64, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    return train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def fitted_clf(cancer):
+    Xtr, Xte, ytr, yte = cancer
+    return BayesianMLPClassifier(**FAST).fit(Xtr, ytr)
+
+
+@pytest.fixture(scope="module")
+def regression():
+    X, y = make_regression(n_samples=400, n_features=5, noise=10.0, random_state=0)
+    return train_test_split(X, y, test_size=0.5, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def fitted_reg(regression):
+    Xtr, Xte, ytr, yte = regression
+    # The noise is small relative to y, so the posterior is stiff: SGLD with a small step.
+    return BayesianMLPRegressor(**{**FAST, "n_draws": 50, "burn_in": 1500, "thinning": 10}, sampler="sgld",
+                                sampler__step_size=5e-5).fit(Xtr, ytr)
+
+
+def test_classifier_probabilities_and_intervals(fitted_clf, cancer):
+    Xtr, Xte, ytr, yte = cancer
+    proba, lo, hi = fitted_clf.predict_proba(Xte, return_interval=True, level=0.9)
+    assert proba.shape == lo.shape == hi.shape == (len(Xte), 2)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-6)
+    assert np.all(lo <= proba + 1e-12) and np.all(proba <= hi + 1e-12)
+    draws = fitted_clf.predict_draws(Xte)
+    assert draws.shape == (20, len(Xte), 2)
+    np.testing.assert_allclose(draws.mean(0), proba)
+    assert fitted_clf.score(Xte, yte) > 0.9
+    assert len(fitted_clf.trace_) == fitted_clf.n_draws_ == 20
+    assert fitted_clf.trace_.steps[0] > fitted_clf.burn_in
+    assert np.all(np.diff(fitted_clf.trace_.steps) == fitted_clf.thinning)
+
+
+def test_regressor_std_and_interval_include_noise(fitted_reg, regression):
+    Xtr, Xte, ytr, yte = regression
+    mean, std, lo, hi = fitted_reg.predict(Xte, return_std=True, return_interval=True, level=0.95)
+    means, noise = fitted_reg.predict_draws(Xte, return_noise_std=True)
+    assert means.shape == (50, len(Xte)) and noise.shape == (50,)
+    np.testing.assert_allclose(mean, means.mean(0), rtol=1e-6)
+    # predictive std includes the sampled noise: at least its average
+    assert np.all(std >= np.sqrt((noise**2).mean()) - 1e-9)
+    assert np.all(lo < mean) and np.all(mean < hi)
+    cover = interval_coverage(yte, lo, hi)
+    assert 0.85 <= cover <= 1.0, cover
+    # noise level recovered roughly (true sd 10)
+    assert 5 < np.median(noise) < 20
+
+
+def test_regressor_multioutput(regression):
+    Xtr, Xte, ytr, yte = regression
+    Y = np.c_[ytr, -2 * ytr]
+    reg = BayesianMLPRegressor(**FAST).fit(Xtr, Y)
+    mean, std = reg.predict(Xte, return_std=True)
+    assert mean.shape == std.shape == (len(Xte), 2)
+
+
+def test_pipeline_and_gridsearch_over_sampler_and_step_size(cancer):
+    Xtr, Xte, ytr, yte = cancer
+    pipe = make_pipeline(StandardScaler(), BayesianMLPClassifier(**{**FAST, "burn_in": 100, "n_draws": 5}))
+    grid = GridSearchCV(pipe, {"bayesianmlpclassifier__sampler": ["sgld", "sghmc"],
+                               "bayesianmlpclassifier__sampler__step_size": [1e-4, 1e-3]}, cv=2)
+    grid.fit(Xtr, ytr)
+    assert set(grid.best_params_) == {"bayesianmlpclassifier__sampler", "bayesianmlpclassifier__sampler__step_size"}
+    best = grid.best_estimator_[-1]
+    assert best.sampler_.name == grid.best_params_["bayesianmlpclassifier__sampler"]
+    assert best.sampler_.step_size == grid.best_params_["bayesianmlpclassifier__sampler__step_size"]
+    assert grid.score(Xte, yte) > 0.85
+
+
+def test_clone_pickle_joblib_roundtrips(fitted_clf, cancer):
+    Xte = cancer[1]
+    p = fitted_clf.predict_proba(Xte)
+    again = pickle.loads(pickle.dumps(fitted_clf))
+    np.testing.assert_array_equal(again.predict_proba(Xte), p)
+    buf = io.BytesIO()
+    joblib.dump(fitted_clf, buf)
+    buf.seek(0)
+    np.testing.assert_array_equal(joblib.load(buf).predict_proba(Xte), p)
+    refit = clone(fitted_clf).fit(*cancer[0::2])
+    np.testing.assert_array_equal(refit.predict_proba(Xte), p)  # same random_state, same draws
+
+
+def test_partial_fit_continues_the_chain(cancer):
+    Xtr, Xte, ytr, yte = cancer
+    clf = BayesianMLPClassifier(**{**FAST, "max_epochs": 5})
+    clf.partial_fit(Xtr, ytr)
+    steps_first = clf.sampler_state_.step
+    clf.partial_fit(Xtr, ytr)
+    assert clf.sampler_state_.step == 2 * steps_first
+
+
+def test_sampler_hyperparameters_reach_the_kernel(cancer):
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(**FAST, sampler="sghmc", sampler__friction=0.2, sampler__step_size=3e-4)
+    clf.set_params(sampler__temperature=0.5).fit(Xtr, ytr)
+    assert (clf.sampler_.friction, clf.sampler_.step_size, clf.sampler_.temperature) == (0.2, 3e-4, 0.5)
+    assert "potential" in clf.history[-1]["batches"][-1]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['sghmc', 'sgld'\]"),
+    (dict(sampler__step_size=-1.0), "step_size must be > 0"),
+    (dict(sampler__step_size=0.0), "step_size must be > 0"),
+    (dict(sampler="sgld", sampler__friction=0.1), "unknown hyperparameter"),
+    (dict(n_draws=0), "n_draws"),
+    (dict(device="tpu"), "device"),
+])
+def test_bad_hyperparameters(cancer, kwargs, match):
+    Xtr, _, ytr, _ = cancer
+    with pytest.raises((ValueError, TypeError), match=match):
+        BayesianMLPClassifier(**{**FAST, **kwargs}).fit(Xtr, ytr)
+
+
+def test_bad_data(cancer, fitted_clf):
+    Xtr, Xte, ytr, yte = cancer
+    X_nan = Xtr.copy()
+    X_nan[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        BayesianMLPClassifier(**FAST).fit(X_nan, ytr)
+    X_inf = Xtr.copy()
+    X_inf[0, 0] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        BayesianMLPClassifier(**FAST).fit(X_inf, ytr)
+    with pytest.raises(ValueError, match="one class"):
+        BayesianMLPClassifier(**FAST).fit(Xtr, np.zeros(len(Xtr)))
+    with pytest.raises(ValueError, match="features"):
+        fitted_clf.predict(Xte[:, :5])
+    with pytest.raises(ValueError):
+        BayesianMLPClassifier(**FAST).fit(Xtr[:, 0], ytr)  # 1-D X
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        BayesianMLPClassifier(**FAST).fit(Xtr, ytr[:-1])
+    with pytest.raises(NotFittedError):
+        BayesianMLPClassifier(**FAST).predict_proba(Xte)
+    with pytest.raises(ValueError, match="level"):
+        fitted_clf.predict_proba(Xte, return_interval=True, level=1.5)
+
+
+def test_divergence_stops_with_a_clear_error_and_keeps_draws(cancer):
+    Xtr, Xte, ytr, _ = cancer
+    Xbig = Xtr * 1e3  # gradients so large that a big step size blows up
+    clf = BayesianMLPClassifier(**{**FAST, "burn_in": 0, "thinning": 1, "n_draws": 500},
+                                sampler="sgld", sampler__step_size=1e-2)
+    with pytest.raises(DivergenceError, match=r"diverged at step \d+.*Reduce the step size") as info:
+        clf.fit(Xbig, ytr)
+    kept = len(clf.trace_)
+    assert kept == info.value.step - 1 > 0
+    draws = clf.predict_draws(Xte)  # the draws before the divergence are usable
+    assert draws.shape == (kept, len(Xte), 2)
+    assert np.isfinite(draws[: kept // 2]).all()  # (the last ones, on the way out, may overflow)
