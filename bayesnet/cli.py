@@ -22,7 +22,7 @@ __all__ = ["main", "build_parser"]
 
 DEFAULTS = {
     # Settings validated on the bundled data (see docs/user_guide.md).
-    "breast_cancer": dict(task="classification", hidden=(100,), prior_scale=0.3, step_size=2e-4, n_draws=200,
+    "breast_cancer": dict(task="classification", hidden=(100,), prior_scale=0.5, step_size=1e-4, n_draws=200,
                           burn_in=2000, thinning=10, batch_size=64),
     "sunspots": dict(task="forecast", hidden=(20,), prior_scale=1.0, step_size=2e-4, n_draws=200, burn_in=3000, thinning=10,
                      batch_size=32),

@@ -4,7 +4,8 @@ What is measured
 ----------------
 For each sampler (SGLD, SGHMC) and one network, a 784-100-10 ReLU MLP trained
 with mini-batches of 128 rows of random data (4096 rows, 784 features in
-[0, 1), 10 classes, float32) on the CPU, the median wall time of one step of:
+[0, 1), 10 classes, float32) on the CPU, the time of one step (wall clock by
+default) of:
 
 kernel
     The bare sampling kernel: ``sampler = make_sampler(name, ...)``,
@@ -59,27 +60,24 @@ timing, the kernel and the hand-written loop are run from the same start on
 the same batches and noise for a few steps to check that they compute the
 same update (the difference printed should be 0 or a rounding error).
 
-Note on SGHMC: the kernel applies the gradient (B) before the friction (O),
-``v <- (1 - alpha) * (v - eta * g) + sqrt(2 alpha eta T) * xi``, which
-differs from the textbook ``(1 - alpha) * v - eta * g + ...`` of Chen et al.
-(2014) eq. (15) by a factor ``1 - alpha`` on the gradient term; the
-hand-written loop follows the kernel (same operations, so same cost).
+SGHMC follows Chen et al. (2014) eq. (15):
+``v <- (1 - alpha) * v - eta * g + sqrt(2 alpha eta T) * xi`` (friction and
+noise, the O step, then the gradient kick B), and so does the hand-written loop.
 
 Usage
 -----
 From the repository root::
 
-    python benchmarks/step_overhead.py                # about 1 minute on 2 idle cores
+    python benchmarks/step_overhead.py                # under 2 minutes on 2 idle cores
     python benchmarks/step_overhead.py --threads 1 --steps 256 --repeats 25
     python benchmarks/step_overhead.py --samplers sghmc --profile
     python benchmarks/step_overhead.py --threads 1 --clock process   # busy machine
 
 On a machine shared with other work the wall-clock medians are unreliable
 (with as many OpenMP threads as cores, a competing process can stall a step
-by two orders of magnitude); the script warns when the load average is high and
-prints the min-max spread over rounds, and
-``--threads 1 --clock process`` gives CPU-time figures that are much less
-sensitive to other processes.
+by two orders of magnitude); the script warns when the load average is high
+and prints the min-max spread over rounds, and ``--threads 1 --clock
+process`` gives CPU-time figures that are less sensitive to other processes.
 
 ``--profile`` runs ``cProfile`` on one estimator fit of the first sampler and
 prints the top entries by cumulative and by own time, to explain a miss.
@@ -240,10 +238,10 @@ class HandWrittenLoop:
                     torch._foreach_add_(params, v)  # theta += v
                 grads = self._grad(X, y)  # g at the new theta
                 with torch.no_grad():
-                    # as SGHMC.step (B then O): v = (1 - alpha) * (v - eta g) + sqrt(2 alpha eta T) xi
-                    torch._foreach_add_(v, grads, alpha=-eta)
+                    # as SGHMC.step (O then B): v = (1 - alpha) v + sqrt(2 alpha eta T) xi - eta g
                     torch._foreach_mul_(v, decay)
                     torch._foreach_add_(v, self._noise(), alpha=std)
+                    torch._foreach_add_(v, grads, alpha=-eta)
         return clock() - t0
 
 
@@ -390,13 +388,13 @@ def profile_fit(name, X, y, n_steps, top=25):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=128,
-                        help="steps per timed repeat of the kernel, hand-written and SGD loops (default 128)")
+    parser.add_argument("--steps", type=int, default=64,
+                        help="steps per timed repeat of the kernel, hand-written and SGD loops (default 64)")
     parser.add_argument("--estimator-steps", type=int, default=256,
                         help="sampler steps of each timed estimator fit, rounded up to whole epochs "
                              "(default 256, 8 epochs; the fit's one-off setup, ~7 ms, is then ~2%% of it)")
-    parser.add_argument("--repeats", type=int, default=15,
-                        help="interleaved timing rounds; each times every variant once (default 15)")
+    parser.add_argument("--repeats", type=int, default=31,
+                        help="interleaved timing rounds; each times every variant once (default 31)")
     parser.add_argument("--warmup", type=int, default=100, help="warm-up steps per loop (default 100)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument("--samplers", nargs="+", default=["sgld", "sghmc"], choices=["sgld", "sghmc"],
@@ -406,7 +404,8 @@ def main(argv=None) -> int:
                              "this process, which is robust to other processes on a busy machine when used "
                              "with --threads 1 (with more threads it counts OpenMP spin-waiting)")
     parser.add_argument("--profile", action="store_true",
-                        help="also cProfile one estimator fit of the first sampler and print the top entries")
+                        help="also cProfile one estimator fit (>= 1024 steps) of the first sampler and print "
+                             "the top entries")
     parser.add_argument("--profile-top", type=int, default=25, help="entries per profile listing (default 25)")
     args = parser.parse_args(argv)
 
@@ -435,7 +434,7 @@ def main(argv=None) -> int:
     print("overall:", "PASS" if all_pass else "MISS")
 
     if args.profile:
-        profile_fit(args.samplers[0], X, y, args.estimator_steps, args.profile_top)
+        profile_fit(args.samplers[0], X, y, max(args.estimator_steps, 1024), args.profile_top)
     return 0
 
 

@@ -109,8 +109,14 @@ def ornstein_uhlenbeck_step(
 
 
 @torch.no_grad()
-def squared_norm(tensors: Sequence[Tensor]) -> Tensor:
-    """``sum_k ||x_k||^2`` as a 0-d tensor on the tensors' device."""
+def squared_norm(tensors: Sequence[Tensor], flat: Tensor | None = None) -> Tensor:
+    """``sum_k ||x_k||^2`` as a 0-d tensor on the tensors' device.
+
+    ``flat``, when given, is a 1-D tensor whose views are ``tensors`` (as
+    returned by :func:`gaussian_like`); one dot product then suffices.
+    """
+    if flat is not None:
+        return torch.dot(flat, flat)
     norms = torch._foreach_norm(list(tensors))
     return torch.stack(norms).square().sum()
 

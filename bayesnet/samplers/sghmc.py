@@ -28,13 +28,17 @@ class SGHMC(Sampler):
     In the "SGD with momentum" parametrisation of Chen et al. eq. (15), which
     is the one the TACT-HMC paper (paper 000, Sec. 3.3 change of variables
     :math:`r = p\Delta t/m`, :math:`\eta = \Delta t^2/m`) uses for its SGHMC
-    baseline, one step is the composition ``A B O``:
+    baseline, one step is the composition ``A O B``:
 
     .. math::
 
         \theta &\leftarrow \theta + r                                     && (A)\\
-        r &\leftarrow r - \eta \nabla \tilde U(\theta)                     && (B)\\
-        r &\leftarrow (1-\alpha)\, r + \mathcal N\big(0,\, 2(\alpha - \hat\beta)\,\eta T\big) && (O)
+        r &\leftarrow (1-\alpha)\, r + \mathcal N\big(0,\, 2(\alpha - \hat\beta)\,\eta T\big) && (O)\\
+        r &\leftarrow r - \eta \nabla \tilde U(\theta)                     && (B)
+
+    i.e. exactly :math:`r \leftarrow (1-\alpha) r - \eta\nabla\tilde U(\theta) +
+    \mathcal N(0, 2(\alpha-\hat\beta)\eta T)` (Chen et al. eq. 15), the friction
+    acting on the old momentum only.
 
     where :math:`\alpha` is the friction (momentum decay per step) and
     :math:`\hat\beta` an estimate of the mini-batch gradient noise
@@ -103,8 +107,11 @@ class SGHMC(Sampler):
     def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
         position = list(position)
         std = math.sqrt(self.step_size * self.temperature)
-        momentum = [m.mul_(std) for m in gaussian_like(position, generator)]
-        return SamplerState(position=position, momentum=momentum)
+        momentum = gaussian_like(position, generator)
+        flat = momentum[0]._base if momentum[0]._base is not None else momentum[0]
+        flat.mul_(std)
+        # The momenta are views of one flat buffer: diagnostics reduce it in one op.
+        return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat})
 
     def step(
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
@@ -112,11 +119,11 @@ class SGHMC(Sampler):
         eta, alpha = self.step_size, self.friction
         position_step(state.position, state.momentum)  # A
         value, grad = potential.value_and_grad(batch)
-        gradient_step(state.momentum, grad, eta)  # B
         noise_std = math.sqrt(2.0 * (alpha - self.noise_estimate) * eta * self.temperature)
         ornstein_uhlenbeck_step(state.momentum, 1.0 - alpha, noise_std, generator)  # O
+        gradient_step(state.momentum, grad, eta)  # B
         state.step += 1
-        kinetic = squared_norm(state.momentum) / (2.0 * eta)
+        kinetic = squared_norm(state.momentum, state.extra.get("flat_momentum")) / (2.0 * eta)
         return state, StepInfo(
             potential=value.detach(),
             kinetic_energy=kinetic,
