@@ -22,12 +22,12 @@ DISCRETISATION = 0.03  # allowance in posterior standard deviations / relative c
 
 CASES = [
     # sampler, hyperparameters, target factory, steps, burn-in
-    ("sgld", dict(step_size=2e-3), lambda: correlated_gaussian(256), 8000, 2000),
-    ("sghmc", dict(step_size=2e-3, friction=0.02), lambda: correlated_gaussian(256), 8000, 2000),
-    ("sgld", dict(step_size=2e-5), lambda: bayesian_linear_regression(128), 12000, 5000),
-    ("sghmc", dict(step_size=5e-6, friction=0.02), lambda: bayesian_linear_regression(128), 12000, 5000),
-    ("sgld", dict(step_size=2e-5), lambda: bayesian_linear_regression(128, batch_size=100), 12000, 5000),
-    ("sghmc", dict(step_size=2e-6, friction=0.02), lambda: bayesian_linear_regression(128, batch_size=100), 12000, 5000),
+    ("sgld", dict(step_size=2e-3), lambda: correlated_gaussian(2048), 8000, 2000),
+    ("sghmc", dict(step_size=2e-3, friction=0.02), lambda: correlated_gaussian(2048), 8000, 2000),
+    ("sgld", dict(step_size=2e-5), lambda: bayesian_linear_regression(512), 12000, 5000),
+    ("sghmc", dict(step_size=5e-6, friction=0.02), lambda: bayesian_linear_regression(512), 12000, 5000),
+    ("sgld", dict(step_size=2e-5), lambda: bayesian_linear_regression(512, batch_size=100), 12000, 5000),
+    ("sghmc", dict(step_size=2e-6, friction=0.02), lambda: bayesian_linear_regression(512, batch_size=100), 12000, 5000),
 ]
 
 
