@@ -119,6 +119,14 @@ def test_partial_fit_continues_the_chain(cancer):
     assert clf.sampler_state_.step == 2 * steps_first
 
 
+@pytest.mark.parametrize("sampler,step_size", [("sgld", 1e-4), ("sghmc", 1e-4), ("sgnht", 1e-4), ("baoab", 1e-2)])
+def test_every_sampler_fits_real_data(cancer, sampler, step_size):
+    Xtr, Xte, ytr, yte = cancer
+    clf = BayesianMLPClassifier(**FAST, sampler=sampler, sampler__step_size=step_size).fit(Xtr, ytr)
+    assert clf.score(Xte, yte) > 0.9
+    assert np.isfinite(clf.history[-1, "batches", -1, "potential"])
+
+
 def test_sampler_hyperparameters_reach_the_kernel(cancer):
     Xtr, _, ytr, _ = cancer
     clf = BayesianMLPClassifier(**FAST, sampler="sghmc", sampler__friction=0.2, sampler__step_size=3e-4)
@@ -128,7 +136,7 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['sghmc', 'sgld'\]"),
+    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'sghmc', 'sgld', 'sgnht'\]"),
     (dict(sampler__step_size=-1.0), "step_size must be > 0"),
     (dict(sampler__step_size=0.0), "step_size must be > 0"),
     (dict(sampler="sgld", sampler__friction=0.1), "unknown hyperparameter"),

@@ -1,4 +1,4 @@
-"""SGLD and SGHMC sample the right distribution.
+"""SGLD, SGHMC, SGNHT and BAOAB (with GLA1/GLA2) sample the right distribution.
 
 Tolerances are 4 Monte Carlo standard errors computed from the measured
 multi-chain effective sample size (see ``targets.moment_errors``), plus an
@@ -28,6 +28,20 @@ CASES = [
     ("sghmc", dict(step_size=5e-6, friction=0.02), lambda: bayesian_linear_regression(512), 12000, 5000),
     ("sgld", dict(step_size=2e-5), lambda: bayesian_linear_regression(512, batch_size=100), 12000, 5000),
     ("sghmc", dict(step_size=2e-6, friction=0.02), lambda: bayesian_linear_regression(512, batch_size=100), 12000, 5000),
+    # issue 3 samplers (the thermostat of sgnht is shared by the packed chains: SGNHT on the product target)
+    ("sgnht", dict(step_size=2e-3, noise=0.02), lambda: correlated_gaussian(2048), 8000, 2000),
+    # the thermostat moves by (T_kin - T) * eta / thermal_inertia per step: at eta ~ 1e-6 a small inertia
+    # keeps its response time (in steps) well inside the run
+    ("sgnht", dict(step_size=5e-6, noise=0.02, thermal_inertia=0.01), lambda: bayesian_linear_regression(512),
+     12000, 5000),
+    ("sgnht", dict(step_size=2e-6, noise=0.02, thermal_inertia=0.01),
+     lambda: bayesian_linear_regression(512, batch_size=100), 12000, 5000),
+    # artificial gradient noise (sd 5 per component, unknown to the sampler): the thermostat absorbs it
+    ("sgnht", dict(step_size=2e-3, noise=0.02), lambda: correlated_gaussian(2048, gradient_noise=5.0), 8000, 2000),
+    ("baoab", dict(step_size=0.1, friction=1.0), lambda: correlated_gaussian(2048), 8000, 2000),
+    ("baoab", dict(step_size=0.05, friction=1.0, scheme="GLA2"), lambda: correlated_gaussian(2048), 8000, 2000),
+    ("baoab", dict(step_size=0.02, friction=1.0, scheme="GLA1"), lambda: correlated_gaussian(2048), 8000, 2000),
+    ("baoab", dict(step_size=0.01, friction=10.0), lambda: bayesian_linear_regression(512), 12000, 5000),
 ]
 
 
@@ -49,6 +63,15 @@ def test_discretisation_bias_is_detected():
     draws = run_chains("sgld", target, 8000, burn_in=2000, step_size=0.15)
     err = moment_errors(draws, target.mean, target.cov)
     assert err["cov_err"] > err["cov_tol"] + DISCRETISATION
+
+
+def test_sghmc_without_thermostat_does_not_absorb_gradient_noise():
+    """The contrast to the sgnht noisy-gradient row: SGHMC at the same settings runs hot (paper 000 Sec. 5.1)."""
+    target = correlated_gaussian(2048, gradient_noise=5.0)
+    draws = run_chains("sghmc", target, 8000, burn_in=2000, step_size=2e-3, friction=0.02)
+    err = moment_errors(draws, target.mean, target.cov)
+    # predicted inflation eta V / (2 alpha) = 2e-3 * 25 / 0.04 = 1.25: the variance more than doubles
+    assert err["cov_err"] > 0.5
 
 
 def test_same_seed_same_chain():

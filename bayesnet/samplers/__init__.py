@@ -15,8 +15,10 @@ from .base import (
     make_sampler,
     register_sampler,
 )
+from .baoab import BAOAB
 from .sghmc import SGHMC
 from .sgld import SGLD
+from .sgnht import SGNHT
 
 __all__ = [
     "DivergenceError",
@@ -28,6 +30,8 @@ __all__ = [
     "get_sampler_class",
     "make_sampler",
     "register_sampler",
+    "BAOAB",
     "SGHMC",
     "SGLD",
+    "SGNHT",
 ]

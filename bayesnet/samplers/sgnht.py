@@ -1,0 +1,110 @@
+"""Stochastic gradient Nosé-Hoover thermostat (SGNHT)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from .integrators import add_noise, gaussian_like, gradient_step, numel, position_step, squared_norm
+
+__all__ = ["SGNHT"]
+
+
+@register_sampler
+class SGNHT(Sampler):
+    r"""Stochastic gradient Nosé-Hoover thermostat (Ding et al. 2014), as paper 000 uses it.
+
+    Momentum dynamics whose friction :math:`z` is itself a dynamical variable
+    (a scalar Nosé-Hoover thermostat) driven by the kinetic temperature, so
+    that unknown mini-batch gradient noise is absorbed into :math:`z`. In the
+    variables of paper 000 Sec. 3.3 (:math:`r = p\Delta t/m`,
+    :math:`\eta = \Delta t^2/m`, :math:`z = s\Delta t`), which is Algorithm 1 of
+    paper 000 with the tempering switched off (:math:`\lambda \equiv 1`), one
+    step is
+
+    .. math::
+
+        z &\leftarrow z + \big(r^\top r / D - \eta T\big) / \gamma \\
+        r &\leftarrow r - \eta \nabla\tilde U(\theta) + \mathcal N(0, 2 c\, \eta T) - z\, r \\
+        \theta &\leftarrow \theta + r
+
+    with :math:`D` the number of parameters. The invariant density has
+    :math:`\theta \sim \exp(-U/T)`, :math:`r \sim \mathcal N(0, \eta T I)`, and
+    the thermostat concentrated around :math:`c` plus the unknown
+    gradient-noise level (paper 000 Theorem 1 with :math:`\lambda = 1`).
+
+    Parameters
+    ----------
+    step_size : float, default=1e-4
+        :math:`\eta > 0` (same units as :class:`SGHMC`'s).
+    noise : float, default=0.05
+        Injected-noise level :math:`c \ge 0` (Ding et al.'s :math:`A h`); also
+        the thermostat's initial value (paper 000 Alg. 1 line 1).
+    thermal_inertia : float, default=1.0
+        :math:`\gamma > 0` (paper 000's :math:`\gamma_\theta = \kappa_\theta/(m_\theta D)`);
+        larger values make the thermostat respond more slowly.
+    temperature : float, default=1.0
+        :math:`T > 0`.
+
+    Raises
+    ------
+    ValueError
+        On a non-positive step size, thermal inertia or temperature, or a
+        negative noise level.
+
+    Notes
+    -----
+    ``StepInfo.extra["thermostat"]`` is :math:`z` after the step and
+    ``kinetic_temperature`` :math:`r^\top r/(\eta D)`. Momenta start at
+    :math:`\mathcal N(0, \eta T I)`. The potential is reported at the position
+    where the gradient was taken (the start of the step).
+
+    References
+    ----------
+    N. Ding et al., "Bayesian sampling using stochastic gradient thermostats",
+    NeurIPS 2014, Algorithm 2; paper 000 Sec. 3.1, 3.3, 4 and Algorithm 1.
+    """
+
+    name = "sgnht"
+    _positive = ("step_size", "thermal_inertia", "temperature")
+    _non_negative = ("noise",)
+
+    def __init__(self, step_size: float = 1e-4, noise: float = 0.05, thermal_inertia: float = 1.0,
+                 temperature: float = 1.0):
+        self.step_size = step_size
+        self.noise = noise
+        self.thermal_inertia = thermal_inertia
+        self.temperature = temperature
+        self._validate()
+
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
+        position = list(position)
+        momentum = gaussian_like(position, generator)
+        flat = momentum[0]._base if momentum[0]._base is not None else momentum[0]
+        flat.mul_(math.sqrt(self.step_size * self.temperature))
+        return SamplerState(position=position, momentum=momentum,
+                            extra={"flat_momentum": flat, "thermostat": float(self.noise)})
+
+    def step(
+        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
+    ) -> tuple[SamplerState, StepInfo]:
+        eta, r = self.step_size, state.momentum
+        dim = numel(r)
+        target = eta * self.temperature
+        r2 = float(squared_norm(r, state.extra.get("flat_momentum")))
+        z = state.extra["thermostat"] + (r2 / dim - target) / self.thermal_inertia
+        state.extra["thermostat"] = z
+        value, grad = potential.value_and_grad(batch)
+        if z != 0.0:
+            torch._foreach_mul_(r, 1.0 - z)  # the thermostat friction -z r
+        gradient_step(r, grad, eta)
+        add_noise(r, math.sqrt(2.0 * self.noise * target), generator)
+        position_step(state.position, r)
+        state.step += 1
+        return state, StepInfo(potential=value.detach(), kinetic_energy=0.5 * r2 / eta,
+                               kinetic_temperature=torch.tensor(r2 / (eta * dim)),
+                               extra={"thermostat": z})
