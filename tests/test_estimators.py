@@ -119,12 +119,29 @@ def test_partial_fit_continues_the_chain(cancer):
     assert clf.sampler_state_.step == 2 * steps_first
 
 
-@pytest.mark.parametrize("sampler,step_size", [("sgld", 1e-4), ("sghmc", 1e-4), ("sgnht", 1e-4), ("baoab", 1e-2)])
+@pytest.mark.parametrize("sampler,step_size", [("sgld", 1e-4), ("sghmc", 1e-4), ("sgnht", 1e-4), ("baoab", 1e-2),
+                                               ("hmc", 1e-3)])
 def test_every_sampler_fits_real_data(cancer, sampler, step_size):
     Xtr, Xte, ytr, yte = cancer
-    clf = BayesianMLPClassifier(**FAST, sampler=sampler, sampler__step_size=step_size).fit(Xtr, ytr)
+    kwargs = dict(FAST)
+    if sampler == "hmc":  # full batch, fewer transitions (each is n_leapfrog gradient steps)
+        kwargs.update(batch_size=-1, burn_in=50, thinning=2)
+    clf = BayesianMLPClassifier(**kwargs, sampler=sampler, sampler__step_size=step_size).fit(Xtr, ytr)
     assert clf.score(Xte, yte) > 0.9
     assert np.isfinite(clf.history[-1, "batches", -1, "potential"])
+
+
+def test_hmc_adapts_during_burn_in_and_warns_on_minibatches(cancer):
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(**{**FAST, "batch_size": -1, "burn_in": 60, "thinning": 2}, sampler="hmc",
+                                sampler__step_size=1e-2, sampler__n_leapfrog=5).fit(Xtr, ytr)
+    assert clf.sampler_.adaptation_steps == 60
+    accept = [b["accept_prob"] for b in clf.history[:, "batches"][-1] if "accept_prob" in b]
+    kept = [b["accept_prob"] for epoch in clf.history[:, "batches"] for b in epoch][60:]
+    assert 0.5 <= np.mean(kept) <= 1.0 and len(accept) == 1
+    with pytest.warns(UserWarning, match="no longer exact"):
+        BayesianMLPClassifier(**{**FAST, "burn_in": 5, "n_draws": 2}, sampler="hmc",
+                              sampler__n_leapfrog=2).fit(Xtr, ytr)
 
 
 def test_sampler_hyperparameters_reach_the_kernel(cancer):
@@ -136,7 +153,7 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'sghmc', 'sgld', 'sgnht'\]"),
+    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'hmc', 'sghmc', 'sgld', 'sgnht'\]"),
     (dict(sampler__step_size=-1.0), "step_size must be > 0"),
     (dict(sampler__step_size=0.0), "step_size must be > 0"),
     (dict(sampler="sgld", sampler__friction=0.1), "unknown hyperparameter"),

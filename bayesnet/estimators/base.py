@@ -32,7 +32,7 @@ from torch.func import functional_call
 
 from ..posterior import Posterior
 from ..priors import make_prior
-from ..samplers import DivergenceError, Sampler, available_samplers, make_sampler
+from ..samplers import DivergenceError, Sampler, available_samplers, get_sampler_class, make_sampler
 from ..trace import Trace
 
 __all__ = ["BayesianNeuralNet", "TensorBatchIterator", "SamplingProgressBar", "resolve_device"]
@@ -295,7 +295,18 @@ class BayesianNeuralNet(NeuralNet):
             self.criterion_ = self._build_likelihood().to(self.device_)
         self.prior_ = make_prior(self.prior_scale)
         self.posterior_ = Posterior(self.module_, self.criterion_, self.prior_, n_data)
-        self.sampler_ = make_sampler(self.sampler, **self.get_params_for("sampler"))
+        sampler_params = self.get_params_for("sampler")
+        sampler_cls = type(self.sampler) if isinstance(self.sampler, Sampler) else (
+            self.sampler if isinstance(self.sampler, type) else get_sampler_class(self.sampler))
+        if "adaptation_steps" in sampler_cls.hyperparameter_names() and "adaptation_steps" not in sampler_params \
+                and not isinstance(self.sampler, Sampler):
+            sampler_params["adaptation_steps"] = self.burn_in  # tune during burn-in only
+        self.sampler_ = make_sampler(self.sampler, **sampler_params)
+        if self.sampler_.name == "hmc" and self.batch_size != -1 and self.batch_size < n_data:
+            warnings.warn(
+                f"hmc with mini-batches (batch_size={self.batch_size} < {n_data} rows): the Metropolis-Hastings "
+                "test compares noisy energies and is no longer exact; use batch_size=-1 for exact HMC.",
+                UserWarning, stacklevel=3)
         self.data_generator_ = torch.Generator().manual_seed(seed_data)
         self.noise_generator_ = torch.Generator(device=self.device_).manual_seed(seed_noise)
         self.sampler_state_ = self.sampler_.init(self.posterior_.parameters, self.noise_generator_)

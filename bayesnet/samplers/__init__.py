@@ -19,6 +19,7 @@ from .baoab import BAOAB
 from .sghmc import SGHMC
 from .sgld import SGLD
 from .sgnht import SGNHT
+from .hmc import HMC
 
 __all__ = [
     "DivergenceError",
@@ -31,6 +32,7 @@ __all__ = [
     "make_sampler",
     "register_sampler",
     "BAOAB",
+    "HMC",
     "SGHMC",
     "SGLD",
     "SGNHT",
