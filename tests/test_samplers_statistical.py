@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from targets import bayesian_linear_regression, correlated_gaussian, moment_errors, run_chains
+from targets import bayesian_linear_regression, correlated_gaussian, ill_conditioned_gaussian, moment_errors, run_chains
 
 DISCRETISATION = 0.03  # allowance in posterior standard deviations / relative covariance, see above
 
@@ -43,6 +43,11 @@ CASES = [
     ("baoab", dict(step_size=0.05, friction=1.0, scheme="GLA2"), lambda: correlated_gaussian(2048), 8000, 2000),
     ("baoab", dict(step_size=0.02, friction=1.0, scheme="GLA1"), lambda: correlated_gaussian(2048), 8000, 2000),
     ("baoab", dict(step_size=0.01, friction=10.0), lambda: bayesian_linear_regression(512), 12000, 5000),
+    # 10-D Gaussian, condition number 100 (eta * lambda_max = 0.02; started at stationarity)
+    ("sgld", dict(step_size=0.02), lambda: ill_conditioned_gaussian(2048), 10000, 500),
+    ("sghmc", dict(step_size=0.02, friction=0.02), lambda: ill_conditioned_gaussian(2048), 10000, 500),
+    ("sgnht", dict(step_size=0.02, noise=0.02), lambda: ill_conditioned_gaussian(2048), 10000, 500),
+    ("baoab", dict(step_size=0.5, friction=0.2), lambda: ill_conditioned_gaussian(2048), 10000, 500),
 ]
 
 
@@ -101,11 +106,12 @@ def _run_hmc(target, n_transitions, adaptation, seed=0, **hyper):
 HMC_TARGETS = [
     (lambda: correlated_gaussian(1), dict(step_size=0.5, n_leapfrog=10)),
     (lambda: bayesian_linear_regression(1), dict(step_size=0.01, n_leapfrog=20)),
+    (lambda: ill_conditioned_gaussian(1), dict(step_size=0.3, n_leapfrog=30)),
 ]
 
 
 @pytest.mark.parametrize("n_transitions", [3000, pytest.param(20000, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("make_target,hyper", HMC_TARGETS, ids=["gaussian2d", "linreg"])
+@pytest.mark.parametrize("make_target,hyper", HMC_TARGETS, ids=["gaussian2d", "linreg", "gaussian10d"])
 def test_hmc_is_exact_and_adapts(make_target, hyper, n_transitions):
     """HMC (one chain: its Metropolis test is joint over whatever the position holds) matches the exact
     moments within Monte Carlo error alone (no discretisation allowance), and dual averaging brings the

@@ -363,7 +363,24 @@ class BayesianNeuralNet(NeuralNet):
             for _, cb in self.callbacks_:
                 if isinstance(cb, SamplingProgressBar):
                     cb.close()
+            self.diagnostics_ = self._summarise_diagnostics()
         return self
+
+    def _summarise_diagnostics(self) -> dict:
+        """Means of the per-step diagnostics after burn-in (all steps if the run was shorter)."""
+        steps = [b for epoch in self.history for b in epoch["batches"]]
+        kept = steps[self.burn_in:] or steps
+        summary = {}
+        for key in ("potential", "kinetic_energy", "kinetic_temperature", "thermostat", "accept_prob", "divergent"):
+            values = [b[key] for b in kept if key in b]
+            if values:
+                summary[key] = float(np.mean(values))
+        if "accept_prob" in summary:
+            summary["acceptance_rate"] = summary.pop("accept_prob")
+        if "divergent" in summary:
+            summary["n_divergent"] = int(round(summary.pop("divergent") * len(kept)))
+        summary["n_steps"] = len(steps)
+        return summary
 
     def train_step(self, batch, **fit_params):
         """One sampler transition on ``batch``; returns skorch's step dict.

@@ -88,6 +88,11 @@ _COMMON_DOC = """
     sampler_ : bayesnet.samplers.Sampler
     trace_ : bayesnet.trace.Trace
         The retained draws; ``trace_.as_array()`` is (1, n_draws, D).
+    diagnostics_ : dict
+        Means over the steps after burn-in of the sampler's diagnostics:
+        ``potential``, ``kinetic_temperature`` (samplers with momentum; about
+        ``temperature`` when the step size is right), ``thermostat`` (sgnht),
+        ``acceptance_rate`` and ``n_divergent`` (hmc), and ``n_steps``.
     history_ : skorch History
         Per step: ``potential``, ``kinetic_energy``, ``kinetic_temperature``
         (samplers with momentum), ``train_loss`` (= potential / N).
