@@ -146,6 +146,12 @@ def test_hmc_adapts_during_burn_in_and_warns_on_minibatches(cancer):
     assert 0.5 <= np.mean(kept) <= 1.0 and len(accept) == 1
     assert clf.diagnostics_["acceptance_rate"] == pytest.approx(np.mean(kept))
     assert clf.diagnostics_["n_divergent"] >= 0
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # batch_size="auto" gives hmc the full batch: no warning
+        auto = {k: v for k, v in FAST.items() if k != "batch_size"}
+        BayesianMLPClassifier(**{**auto, "burn_in": 5, "n_draws": 2}, sampler="hmc", sampler__n_leapfrog=2).fit(Xtr, ytr)
     with pytest.warns(UserWarning, match="no longer exact"):
         BayesianMLPClassifier(**{**FAST, "burn_in": 5, "n_draws": 2}, sampler="hmc",
                               sampler__n_leapfrog=2).fit(Xtr, ytr)

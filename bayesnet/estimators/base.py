@@ -158,14 +158,14 @@ class BayesianNeuralNet(NeuralNet):
         "burn_in": [Interval(Integral, 0, None, closed="left")],
         "thinning": [Interval(Integral, 1, None, closed="left")],
         "prior_scale": [Interval(Real, 0, None, closed="neither"), object],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions(set())],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "max_epochs": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }
 
     def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning=10, prior_scale=1.0,
-                 batch_size=128, max_epochs=None, device="cpu", random_state=None, verbose=0,
+                 batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  callbacks=None, warm_start=False, **kwargs):
         kwargs.setdefault("module", None)
         kwargs.setdefault("criterion", None)
@@ -275,7 +275,7 @@ class BayesianNeuralNet(NeuralNet):
             kwargs = self.get_params_for("iterator_valid")
             iterator = self.iterator_valid
         bs = kwargs.pop("batch_size", self.batch_size)
-        kwargs["batch_size"] = len(dataset) if bs == -1 else bs
+        kwargs["batch_size"] = self._resolve_batch_size(len(dataset), bs)
         return iterator(dataset, **kwargs)
 
     # ------------------------------------------------------------------ #
@@ -302,7 +302,7 @@ class BayesianNeuralNet(NeuralNet):
                 and not isinstance(self.sampler, Sampler):
             sampler_params["adaptation_steps"] = self.burn_in  # tune during burn-in only
         self.sampler_ = make_sampler(self.sampler, **sampler_params)
-        if self.sampler_.name == "hmc" and self.batch_size != -1 and self.batch_size < n_data:
+        if self.sampler_.name == "hmc" and self._resolve_batch_size(n_data) < n_data:
             warnings.warn(
                 f"hmc with mini-batches (batch_size={self.batch_size} < {n_data} rows): the Metropolis-Hastings "
                 "test compares noisy energies and is no longer exact; use batch_size=-1 for exact HMC.",
@@ -314,8 +314,17 @@ class BayesianNeuralNet(NeuralNet):
         self.n_train_ = n_data
         self.last_info_ = {}
 
+    def _resolve_batch_size(self, n_data: int, batch_size=None) -> int:
+        """Rows per mini-batch: ``-1`` is the full batch; ``"auto"`` is 128 for the stochastic-gradient
+        samplers and the full batch for ``hmc``, whose Metropolis test needs exact energies."""
+        bs = self.batch_size if batch_size is None else batch_size
+        if bs == "auto":
+            name = self.sampler if isinstance(self.sampler, str) else getattr(self.sampler, "name", "")
+            bs = -1 if name == "hmc" else 128
+        return n_data if bs == -1 else min(int(bs), n_data)
+
     def _batches_per_epoch(self, n_data: int) -> int:
-        bs = n_data if self.batch_size == -1 else min(self.batch_size, n_data)
+        bs = self._resolve_batch_size(n_data)
         return math.ceil(n_data / bs)
 
     def _planned_epochs(self, n_data: int) -> int:

@@ -66,8 +66,9 @@ _COMMON_DOC = """
     prior_scale : float or prior object, default=1.0
         Standard deviation of the isotropic Gaussian prior on every weight
         and bias (or an object with ``log_prob(parameters)``).
-    batch_size : int, default=128
-        Mini-batch size; -1 for full-batch gradients.
+    batch_size : int or "auto", default="auto"
+        Mini-batch size; -1 for full-batch gradients; "auto" is 128 rows for
+        the stochastic-gradient samplers and the full batch for ``hmc``.
     max_epochs : int or None, default=None
         Epochs to run; None runs ``burn_in + n_draws * thinning`` steps.
     device : {"cpu", "cuda", "cuda:N", "auto"}, default="cpu"
@@ -107,7 +108,7 @@ class BayesianMLPClassifier(BayesianClassifierMixin, BayesianNeuralNet):
     """ + _COMMON_DOC
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
-                 burn_in=1000, thinning=10, prior_scale=1.0, batch_size=128, max_epochs=None, device="cpu",
+                 burn_in=1000, thinning=10, prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu",
                  random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning,
                          prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs, device=device,
@@ -133,7 +134,7 @@ class BayesianMLPRegressor(BayesianRegressorMixin, BayesianNeuralNet):
 """
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
-                 burn_in=1000, thinning=10, prior_scale=1.0, noise_shape=1.0, noise_scale=0.1, batch_size=128,
+                 burn_in=1000, thinning=10, prior_scale=1.0, noise_shape=1.0, noise_scale=0.1, batch_size="auto",
                  max_epochs=None, device="cpu", random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning,
                          prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs, device=device,

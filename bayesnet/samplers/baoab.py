@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import gaussian_like, gradient_step, numel, ornstein_uhlenbeck_step, position_step, squared_norm
+from .integrators import gaussian_momentum, gradient_step, numel, ornstein_uhlenbeck_step, position_step, squared_norm
 
 __all__ = ["BAOAB"]
 
@@ -87,9 +87,7 @@ class BAOAB(Sampler):
 
     def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
         position = list(position)
-        momentum = gaussian_like(position, generator)
-        flat = momentum[0]._base if momentum[0]._base is not None else momentum[0]
-        flat.mul_(math.sqrt(self.temperature))
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator)
         return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat})
 
     def step(

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import gaussian_like, gradient_step, numel, position_step, squared_norm
+from .integrators import gaussian_momentum, gradient_step, numel, position_step, squared_norm
 
 __all__ = ["HMC"]
 
@@ -102,8 +102,7 @@ class HMC(Sampler):
 
     def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
         position = list(position)
-        momentum = gaussian_like(position, generator)
-        flat = momentum[0]._base if momentum[0]._base is not None else momentum[0]
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator)
         log_h = math.log(self.step_size)
         return SamplerState(position=position, momentum=momentum, extra={
             "flat_momentum": flat, "log_step": log_h, "log_step_bar": log_h, "h_bar": 0.0,

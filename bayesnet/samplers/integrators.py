@@ -30,6 +30,7 @@ from torch import Tensor
 
 __all__ = [
     "gaussian_like",
+    "gaussian_momentum",
     "position_step",
     "gradient_step",
     "ornstein_uhlenbeck_step",
@@ -66,6 +67,24 @@ def gaussian_like(tensors: Sequence[Tensor], generator: torch.Generator | None) 
     first = tensors[0]
     flat = torch.randn(numel(tensors), generator=generator, device=first.device, dtype=first.dtype)
     return [chunk.view_as(t) for chunk, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+
+
+def gaussian_momentum(position: Sequence[Tensor], std: float,
+                      generator: torch.Generator | None) -> tuple[list[Tensor], Tensor]:
+    """Momenta ``std * xi`` shaped like ``position``, as views of one flat buffer.
+
+    Returns
+    -------
+    momentum : list of Tensor
+        One view per position tensor.
+    flat : Tensor, shape (D,)
+        The buffer the views share: in-place updates of ``momentum`` show in
+        it, so kinetic energies and refreshes take one operation.
+    """
+    momentum = gaussian_like(position, generator)
+    flat = momentum[0]._base if momentum[0]._base is not None else momentum[0]
+    flat.mul_(std)
+    return momentum, flat
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
 from .integrators import (
-    gaussian_like,
+    gaussian_momentum,
     gradient_step,
     numel,
     ornstein_uhlenbeck_step,
@@ -107,9 +107,7 @@ class SGHMC(Sampler):
     def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
         position = list(position)
         std = math.sqrt(self.step_size * self.temperature)
-        momentum = gaussian_like(position, generator)
-        flat = momentum[0]._base if momentum[0]._base is not None else momentum[0]
-        flat.mul_(std)
+        momentum, flat = gaussian_momentum(position, std, generator)
         # The momenta are views of one flat buffer: diagnostics reduce it in one op.
         return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat})
 
