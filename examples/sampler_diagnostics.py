@@ -1,6 +1,6 @@
 """Compare bayesnet's samplers on the diabetes data, with MCMC diagnostics.
 
-For sgld, sghmc, sgnht and baoab (two settings) this fits a
+For sgld, sghmc, sgnht, baoab (two settings) and hmc this fits a
 ``BayesianMLPRegressor`` on standardised inputs and prints
 
 * test RMSE and the empirical coverage of the 95% predictive interval;
@@ -54,6 +54,9 @@ RUNS = [  # (label, sampler, sampler hyperparameters)
     ("sgnht", "sgnht", {"sampler__step_size": 2e-5}),
     ("baoab g=1", "baoab", {"sampler__step_size": 5e-3}),
     ("baoab g=10", "baoab", {"sampler__step_size": 2e-3, "sampler__friction": 10.0}),
+    # hmc: full batch (batch_size=-1), whole trajectories per step; its step size is tuned during burn-in
+    ("hmc", "hmc", {"sampler__step_size": 1e-3, "sampler__n_leapfrog": 10, "batch_size": -1, "burn_in": 200,
+                    "n_draws": 200, "thinning": 2}),
 ]
 COMMON = dict(hidden_layer_sizes=(50,), batch_size=64, burn_in=2000, n_draws=200, thinning=10, random_state=0)
 
@@ -80,7 +83,7 @@ for label, name, params in RUNS:
     if name not in available:
         print(f"{label}: sampler {name!r} not available, skipped")
         continue
-    est = BayesianMLPRegressor(sampler=name, **params, **COMMON)
+    est = BayesianMLPRegressor(sampler=name, **{**COMMON, **params})
     t0 = time.perf_counter()
     try:
         est.fit(X_train, y_train)
