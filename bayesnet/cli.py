@@ -30,16 +30,21 @@ DEFAULTS = {
 }
 
 
-def _read_csv(path: str, target: str | None):
+def _read_csv(path: str, target: str | None, features: list[str] | None = None):
     with open(path, newline="") as fh:
         rows = list(csv.reader(fh))
     if len(rows) < 2:
         raise SystemExit(f"error: {path} has no data rows.")
-    header, body = rows[0], rows[1:]
+    header, body = rows[0], [r for r in rows[1:] if any(cell.strip() for cell in r)]  # skip blank lines
     if target is not None and target not in header:
         raise SystemExit(f"error: target column {target!r} not in {path}; columns are {header}.")
     cols = {name: [r[i] for r in body] for i, name in enumerate(header)}
-    features = [h for h in header if h != target]
+    if features is None:
+        features = [h for h in header if h != target]
+    else:  # the columns the model was fitted on, in that order
+        missing = [f for f in features if f not in header]
+        if missing:
+            raise SystemExit(f"error: {path} lacks the feature column(s) {missing} the model was fitted on.")
     try:
         X = np.array([[float(v) for v in row] for row in zip(*(cols[f] for f in features))], dtype=np.float64)
     except ValueError as exc:
@@ -175,13 +180,18 @@ def _predict(args) -> int:
             raise SystemExit("error: this model was fitted on the bundled series; name the CSV column holding "
                              "the series with --column.")
         _, series, _ = _read_csv(args.data, column)
-        series = series.astype(float)
-        padded = np.concatenate([series, [np.nan]])  # the next, unobserved value
-        X, _ = make_forecasting_windows(np.nan_to_num(padded), n_lags=meta["n_lags"])
+        try:
+            series = series.astype(float)
+        except ValueError:
+            raise SystemExit(f"error: column {column!r} must hold numbers.") from None
+        if not np.all(np.isfinite(series)):
+            raise SystemExit(f"error: column {column!r} contains missing or non-finite values.")
+        # one window per time with enough history, plus the window for the next, unobserved value
+        padded = np.concatenate([series, [0.0]])
+        X, _ = make_forecasting_windows(padded, n_lags=meta["n_lags"])
         index = np.arange(meta["n_lags"], len(padded))
     else:
-        target = meta["target"] if meta["target"] is not None else None
-        X, _, _ = _read_csv(args.data, target if target is not None and _has_column(args.data, target) else None)
+        X, _, _ = _read_csv(args.data, None, features=meta["features"])
         index = np.arange(len(X))
     rows = []
     if meta["task"] == "classification":
@@ -205,11 +215,6 @@ def _predict(args) -> int:
             out.close()
             print(f"{len(rows)} predictions written to {args.output}", file=sys.stderr)
     return 0
-
-
-def _has_column(path, name):
-    with open(path, newline="") as fh:
-        return name in next(csv.reader(fh))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -77,7 +77,7 @@ def effective_sample_size(draws: np.ndarray) -> float:
     k = positive[0] if positive.size else n_pairs
     gamma = np.minimum.accumulate(gamma[:k]) if k > 0 else gamma[:0]
     tau = -1.0 + 2.0 * gamma.sum()
-    tau = max(tau, 1.0 / np.log10(m * n + 10))  # Stan's cap for antithetic chains
+    tau = max(tau, 1.0 / np.log10(m * n))  # Stan's cap: ESS <= S log10(S) for antithetic chains
     return float(m * n / tau)
 
 

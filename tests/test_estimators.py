@@ -244,3 +244,35 @@ def test_every_sampler_regresses_real_data(sampler, params):
     assert 0.8 <= interval_coverage(yte, lo, hi) <= 1.0
     if sampler != "sgld":
         assert 0.8 < reg.diagnostics_["kinetic_temperature"] < 1.3
+
+
+@pytest.mark.parametrize("sampler", ["sgnht", "hmc"])
+def test_pickled_estimator_continues_the_same_chain(cancer, sampler):
+    """Momenta are views of one flat buffer and the noise generator has state: both survive pickling,
+    so a pickled-and-loaded estimator continues exactly as the original."""
+    Xtr, Xte, ytr, _ = cancer
+    kwargs = {**FAST, "burn_in": 20, "n_draws": 5, "thinning": 2}
+    if sampler == "hmc":
+        kwargs.update(batch_size=-1, burn_in=10)
+    clf = BayesianMLPClassifier(**kwargs, sampler=sampler, sampler__step_size=1e-4 if sampler == "sgnht" else 1e-3)
+    clf.fit(Xtr, ytr)
+    loaded = pickle.loads(pickle.dumps(clf))
+    state = loaded.sampler_state_
+    assert state.momentum[0]._base is state.extra["flat_momentum"]
+    np.testing.assert_array_equal(clf.partial_fit(Xtr, ytr).predict_proba(Xte),
+                                  loaded.partial_fit(Xtr, ytr).predict_proba(Xte))
+
+
+def test_set_params_on_a_fitted_estimator_and_partial_fit_classes(cancer):
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(**{**FAST, "max_epochs": 2}).fit(Xtr, ytr)
+    clf.set_params(sampler__step_size=5e-5, sampler__friction=0.1)
+    clf.partial_fit(Xtr, ytr)  # the continuing chain uses the new settings
+    assert (clf.sampler_.step_size, clf.sampler_.friction) == (5e-5, 0.1)
+    clf.set_params(sampler="sgld")
+    with pytest.raises(ValueError, match="call fit"):
+        clf.partial_fit(Xtr, ytr)
+    fresh = BayesianMLPClassifier(**{**FAST, "max_epochs": 1})
+    fresh.partial_fit(Xtr, ytr, classes=[0, 1, 2])
+    assert list(fresh.classes_) == [0, 1, 2]
+    fresh.partial_fit(Xtr[:10], np.full(10, 2))  # a class first seen later

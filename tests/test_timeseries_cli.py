@@ -67,3 +67,27 @@ def test_cli_forecast_bundled_sunspots(tmp_path, capsys):
     assert main(["predict", str(model), "--data", str(series), "--column", "spots"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "row,prediction,std,lower,upper" and len(lines) == 1 + 30 - 4 + 1
+
+
+def test_cli_predict_uses_the_fitted_column_order(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 2))
+    y = X[:, 0] * 3.0
+    train = tmp_path / "train.csv"
+    with open(train, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["a", "b", "y"])
+        w.writerows([[*r, t] for r, t in zip(X, y)])
+        fh.write("\n")  # a trailing blank line is ignored
+    model = tmp_path / "m.joblib"
+    assert main(["fit", "--data", str(train), "--target", "y", "--task", "regression", "--n-draws", "5",
+                 "--burn-in", "50", "--thinning", "2", "--hidden", "4", "--quiet", "--output", str(model)]) == 0
+    swapped = tmp_path / "swapped.csv"
+    with open(swapped, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["b", "a"])
+        w.writerows([[r[1], r[0]] for r in X[:5]])
+    out1, out2 = tmp_path / "p1.csv", tmp_path / "p2.csv"
+    main(["predict", str(model), "--data", str(train), "--output", str(out1)])
+    main(["predict", str(model), "--data", str(swapped), "--output", str(out2)])
+    assert list(csv.reader(open(out1)))[1:6] == list(csv.reader(open(out2)))[1:6]

@@ -149,8 +149,7 @@ class BayesianNeuralNet(NeuralNet):
     """
 
     prefixes_ = NeuralNet.prefixes_ + ["sampler"]
-    cuda_dependent_attributes_ = NeuralNet.cuda_dependent_attributes_ + [
-        "posterior_", "sampler_state_", "noise_generator_"]
+    cuda_dependent_attributes_ = NeuralNet.cuda_dependent_attributes_ + ["posterior_", "sampler_state_"]
 
     _parameter_constraints = {
         "sampler": [StrOptions(set()), Sampler, type],
@@ -251,12 +250,12 @@ class BayesianNeuralNet(NeuralNet):
     def _validate_X(self, X, reset: bool):
         return validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1)
 
-    def _validate_fit_data(self, X, y, reset: bool):
+    def _validate_fit_data(self, X, y, reset: bool, classes=None):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, multi_output=True,
                              y_numeric=False, ensure_min_samples=2)
-        return X, self._validate_targets(y, reset=reset)
+        return X, self._validate_targets(y, reset=reset, classes=classes)
 
     def get_dataset(self, X, y=None):
         tensors = [torch.as_tensor(X, device=self.device_)]
@@ -296,8 +295,7 @@ class BayesianNeuralNet(NeuralNet):
         self.prior_ = make_prior(self.prior_scale)
         self.posterior_ = Posterior(self.module_, self.criterion_, self.prior_, n_data)
         sampler_params = self.get_params_for("sampler")
-        sampler_cls = type(self.sampler) if isinstance(self.sampler, Sampler) else (
-            self.sampler if isinstance(self.sampler, type) else get_sampler_class(self.sampler))
+        sampler_cls = self._sampler_class()
         if "adaptation_steps" in sampler_cls.hyperparameter_names() and "adaptation_steps" not in sampler_params \
                 and not isinstance(self.sampler, Sampler):
             sampler_params["adaptation_steps"] = self.burn_in  # tune during burn-in only
@@ -322,6 +320,34 @@ class BayesianNeuralNet(NeuralNet):
             name = self.sampler if isinstance(self.sampler, str) else getattr(self.sampler, "name", "")
             bs = -1 if name == "hmc" else 128
         return n_data if bs == -1 else min(int(bs), n_data)
+
+    def _sampler_class(self) -> type[Sampler]:
+        if isinstance(self.sampler, Sampler):
+            return type(self.sampler)
+        return self.sampler if isinstance(self.sampler, type) else get_sampler_class(self.sampler)
+
+    def _refresh_sampler(self) -> None:
+        """Apply ``sampler__*`` changes made with ``set_params`` to a continuing chain."""
+        params = self.get_params_for("sampler")
+        if "adaptation_steps" in self.sampler_.hyperparameter_names() and "adaptation_steps" not in params:
+            params["adaptation_steps"] = self.sampler_.adaptation_steps
+        cls = self._sampler_class()
+        if cls is not type(self.sampler_):
+            raise ValueError(
+                f"partial_fit cannot continue a {self.sampler_.name} chain with sampler {cls.name!r}; call fit() "
+                "to start a new chain.")
+        self.sampler_ = make_sampler(self.sampler, **params)
+
+    def set_params(self, **params):
+        """Set parameters; ``sampler`` and ``sampler__*`` take effect at the next ``fit``/``partial_fit``."""
+        sampler_params = {k: v for k, v in params.items() if k == "sampler" or k.startswith("sampler__")}
+        for key, val in sampler_params.items():
+            setattr(self, key, val)
+            self._params_to_validate.add(key)
+        rest = {k: v for k, v in params.items() if k not in sampler_params}
+        if rest:
+            super().set_params(**rest)
+        return self
 
     def _batches_per_epoch(self, n_data: int) -> int:
         bs = self._resolve_batch_size(n_data)
@@ -359,11 +385,12 @@ class BayesianNeuralNet(NeuralNet):
         if not self.initialized_:
             self.initialize()
         fresh = getattr(self, "sampler_state_", None) is None
-        X, y = self._validate_fit_data(X, y, reset=fresh)
+        X, y = self._validate_fit_data(X, y, reset=fresh, classes=classes)
         if fresh:
             self._initialize_sampling(len(X))
-        elif len(X) != self.posterior_.n_data:
-            self.posterior_.n_data = len(X)
+        else:
+            self._refresh_sampler()
+            self.posterior_.n_data = self.n_train_ = len(X)
         epochs = self._planned_epochs(len(X))
         self.n_steps_planned_ = epochs * self._batches_per_epoch(len(X))
         try:
@@ -463,17 +490,36 @@ class BayesianNeuralNet(NeuralNet):
     def _widest_layer(self) -> int:
         return max((p.shape[0] for p in self.module_.parameters() if p.ndim >= 1), default=1)
 
+    def __getstate__(self):
+        state = super().__getstate__()
+        gen = state.get("noise_generator_")
+        if isinstance(gen, torch.Generator):
+            # a CUDA generator cannot be unpickled without CUDA: keep its device and state instead
+            state["noise_generator_"] = ("torch.Generator", str(gen.device), gen.get_state())
+        return state
+
     def __setstate__(self, state):
         # skorch maps CUDA tensors to the available device using `device`;
         # give it a concrete device for "auto".
         wanted = state.get("device")
         if wanted == "auto":
             state["device"] = str(resolve_device("auto"))
+        gen = state.pop("noise_generator_", None)
         super().__setstate__(state)
-        self.device = wanted
+        if wanted == "auto":
+            self.device = wanted
         device = vars(self).get("device_")
         if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-            # fitted on a GPU, loaded on a machine without one
+            # fitted on a GPU, loaded on a machine without one: predict (and continue) on the CPU
             self.device_ = torch.device("cpu")
-            self.noise_generator_ = torch.Generator().manual_seed(
-                int(torch.randint(0, 2**31 - 1, (1,), generator=self.data_generator_)))
+        if isinstance(gen, tuple) and gen and gen[0] == "torch.Generator":
+            _, gen_device, gen_state = gen
+            if torch.device(gen_device).type == "cuda" and not torch.cuda.is_available():
+                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.data_generator_))
+                gen = torch.Generator().manual_seed(seed)
+            else:
+                restored = torch.Generator(device=gen_device)
+                restored.set_state(gen_state)
+                gen = restored
+        if gen is not None:
+            self.noise_generator_ = gen

@@ -26,11 +26,11 @@ def _check_level(level) -> float:
 class BayesianClassifierMixin(ClassifierMixin):
     """Classification head: categorical likelihood, Monte Carlo class probabilities."""
 
-    def _validate_targets(self, y, reset: bool):
+    def _validate_targets(self, y, reset: bool, classes=None):
         y = column_or_1d(y, warn=True)
         check_classification_targets(y)
         if reset:
-            encoder = LabelEncoder().fit(y)
+            encoder = LabelEncoder().fit(y if classes is None else np.asarray(classes))
             if len(encoder.classes_) < 2:
                 raise ValueError(
                     f"{type(self).__name__} needs samples of at least 2 classes in the data, but the data "
@@ -119,7 +119,7 @@ class BayesianRegressorMixin(RegressorMixin):
         tags.target_tags.multi_output = True
         return tags
 
-    def _validate_targets(self, y, reset: bool):
+    def _validate_targets(self, y, reset: bool, classes=None):
         y = np.asarray(y, dtype=np.float64)
         if reset:
             self._y_is_1d = y.ndim == 1

@@ -84,6 +84,15 @@ class SamplerState:
     step: int = 0
     extra: dict = field(default_factory=dict)
 
+    def __setstate__(self, state):
+        # pickle does not keep views sharing storage: make the momenta views of
+        # the flat buffer again, as the kernels update one through the other.
+        self.__dict__.update(state)
+        flat = self.extra.get("flat_momentum")
+        if flat is not None and self.momentum is not None:
+            sizes = [m.numel() for m in self.momentum]
+            self.momentum = [c.view_as(m) for c, m in zip(flat.split(sizes), self.momentum)]
+
 
 @dataclass
 class StepInfo:
@@ -96,7 +105,8 @@ class StepInfo:
         (SGHMC: at the position the step returns; SGLD: at the position it
         started from, where its gradient is taken).
     kinetic_energy : Tensor or None
-        ``K = sum(r**2) / (2 eta)`` after the step, for samplers with momentum.
+        ``K = sum(r**2) / (2 eta)`` after the step, for samplers with momentum
+        (sgnht: at the start of the step, the value its thermostat uses).
     kinetic_temperature : Tensor or None
         ``2 K / D``; its long-run average should equal ``temperature``.
     is_draw : bool

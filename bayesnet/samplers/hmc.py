@@ -128,6 +128,7 @@ class HMC(Sampler):
         ex["flat_momentum"].copy_(fresh).mul_(math.sqrt(self.temperature))
         u0, grad = potential.value_and_grad(batch)
         start = [t.detach().clone() for t in theta]
+        start_momentum = ex["flat_momentum"].clone()
         h0 = float(u0) + 0.5 * float(squared_norm(p, ex["flat_momentum"]))
 
         u1 = u0
@@ -145,6 +146,7 @@ class HMC(Sampler):
             with torch.no_grad():
                 for t, s in zip(theta, start):
                     t.copy_(s)
+                ex["flat_momentum"].copy_(start_momentum)  # report a valid (the refreshed) momentum
             u1 = u0
         if adapting:
             self._adapt(ex, accept_prob, state.step + 1)
