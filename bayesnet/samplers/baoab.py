@@ -9,7 +9,15 @@ import torch
 from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import gaussian_momentum, gradient_step, numel, ornstein_uhlenbeck_step, position_step, squared_norm
+from .integrators import (
+    exact_ou_coefficients,
+    gaussian_momentum,
+    gradient_step,
+    numel,
+    ornstein_uhlenbeck_step,
+    position_step,
+    squared_norm,
+)
 
 __all__ = ["BAOAB"]
 
@@ -94,8 +102,7 @@ class BAOAB(Sampler):
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
     ) -> tuple[SamplerState, StepInfo]:
         eps, theta, p = self.step_size, state.position, state.momentum
-        a = math.exp(-self.friction * eps)
-        noise = math.sqrt(self.temperature * (1.0 - a * a))
+        a, noise = exact_ou_coefficients(self.friction, eps, 1.0, self.temperature)  # unit mass: eta = 1
         grad = state.extra.get("grad")
         if grad is None:  # first step: the gradient at the starting point
             _, grad = potential.value_and_grad(batch)

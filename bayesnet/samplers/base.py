@@ -28,7 +28,6 @@ __all__ = [
     "get_sampler_class",
     "make_sampler",
     "available_samplers",
-    "check_finite",
 ]
 
 
@@ -245,17 +244,3 @@ def make_sampler(sampler: "str | Sampler | type[Sampler]", **params: Any) -> Sam
     if isinstance(sampler, type) and issubclass(sampler, Sampler):
         return sampler.from_params(**params)
     return get_sampler_class(sampler).from_params(**params)
-
-
-def check_finite(potential: Tensor, step: int, sampler: Sampler, where: str = "potential") -> None:
-    """Raise :class:`DivergenceError` if ``potential`` is not finite."""
-    if not bool(torch.isfinite(potential).all()):
-        raise DivergenceError(
-            f"the {sampler.name} chain diverged at step {step}: the {where} became "
-            f"{float(potential) if potential.numel() == 1 else 'non-finite'}. "
-            f"Reduce the step size (currently sampler__step_size="
-            f"{getattr(sampler, 'step_size', '?')}), e.g. by a factor of 10; the draws "
-            f"collected before this step are kept.",
-            step,
-        )
-

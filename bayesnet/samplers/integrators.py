@@ -37,6 +37,7 @@ __all__ = [
     "add_noise",
     "squared_norm",
     "numel",
+    "exact_ou_coefficients",
 ]
 
 
