@@ -83,6 +83,9 @@ class FunctionPotential:
     ----------
     fn : callable
         ``fn(parameters, batch) -> U`` with ``U`` a differentiable 0-d tensor.
+        It may return one value per chain (shape ``(C,)``) when the
+        parameters pack ``C`` chains on a leading axis; the gradient is then
+        that of the sum, i.e. every chain's own gradient.
     parameters : sequence of Tensor
         Initial positions; converted to leaf tensors with ``requires_grad``.
     gradient_noise : float, default=0.0
@@ -102,7 +105,7 @@ class FunctionPotential:
     def value_and_grad(self, batch: Any = None) -> tuple[Tensor, list[Tensor]]:
         with torch.enable_grad():
             u = self.fn(self.parameters, batch)
-            grads = list(torch.autograd.grad(u, self.parameters))
+            grads = list(torch.autograd.grad(u.sum(), self.parameters))
         if self.gradient_noise > 0:
             grads = [g + self.gradient_noise * torch.randn(g.shape, generator=self.generator, dtype=g.dtype,
                                                            device=g.device) for g in grads]

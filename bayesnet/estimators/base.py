@@ -155,7 +155,7 @@ class BayesianNeuralNet(NeuralNet):
         "sampler": [StrOptions(set()), Sampler, type],
         "n_draws": [Interval(Integral, 1, None, closed="left")],
         "burn_in": [Interval(Integral, 0, None, closed="left")],
-        "thinning": [Interval(Integral, 1, None, closed="left")],
+        "thinning": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "prior_scale": [Interval(Real, 0, None, closed="neither"), object],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "max_epochs": [Interval(Integral, 1, None, closed="left"), None],
@@ -163,7 +163,7 @@ class BayesianNeuralNet(NeuralNet):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning=10, prior_scale=1.0,
+    def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", prior_scale=1.0,
                  batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  callbacks=None, warm_start=False, **kwargs):
         kwargs.setdefault("module", None)
@@ -308,7 +308,7 @@ class BayesianNeuralNet(NeuralNet):
         self.data_generator_ = torch.Generator().manual_seed(seed_data)
         self.noise_generator_ = torch.Generator(device=self.device_).manual_seed(seed_noise)
         self.sampler_state_ = self.sampler_.init(self.posterior_.parameters, self.noise_generator_)
-        self.trace_ = Trace(self.n_draws, burn_in=self.burn_in, thinning=self.thinning)
+        self.trace_ = Trace(self.n_draws, burn_in=self.burn_in, thinning=self._resolve_thinning())
         self.n_train_ = n_data
         self.last_info_ = {}
 
@@ -320,6 +320,13 @@ class BayesianNeuralNet(NeuralNet):
             name = self.sampler if isinstance(self.sampler, str) else getattr(self.sampler, "name", "")
             bs = -1 if name == "hmc" else 128
         return n_data if bs == -1 else min(int(bs), n_data)
+
+    def _resolve_thinning(self) -> int:
+        """``thinning="auto"`` is the sampler's ``default_thinning``: 10, or 1 for tacthmc, whose samples are
+        already ``steps_per_sample`` steps apart."""
+        if self.thinning == "auto":
+            return int(self._sampler_class().default_thinning)
+        return int(self.thinning)
 
     def _sampler_class(self) -> type[Sampler]:
         if isinstance(self.sampler, Sampler):
@@ -356,7 +363,7 @@ class BayesianNeuralNet(NeuralNet):
     def _planned_epochs(self, n_data: int) -> int:
         if self.max_epochs is not None:
             return int(self.max_epochs)
-        steps = self.burn_in + self.n_draws * self.thinning
+        steps = self.burn_in + self.n_draws * self._resolve_thinning() * self.sampler_.steps_per_draw()
         return max(1, math.ceil(steps / self._batches_per_epoch(n_data)))
 
     def partial_fit(self, X, y=None, classes=None, **fit_params):
@@ -365,7 +372,8 @@ class BayesianNeuralNet(NeuralNet):
         A fresh estimator (or one re-initialised by :meth:`fit`) starts a new
         chain; otherwise the chain continues from where it stopped and the
         trace keeps filling. Runs ``max_epochs`` epochs, or when that is None,
-        enough epochs for ``burn_in + n_draws * thinning`` sampler steps.
+        enough epochs for ``burn_in + n_draws * thinning`` sampler steps (times the sampler's expected
+        steps per candidate draw, ``K / plateau fraction`` = 250 for tacthmc's defaults).
 
         Raises
         ------
@@ -407,12 +415,15 @@ class BayesianNeuralNet(NeuralNet):
         steps = [b for epoch in self.history for b in epoch["batches"]]
         kept = steps[self.burn_in:] or steps
         summary = {}
-        for key in ("potential", "kinetic_energy", "kinetic_temperature", "thermostat", "accept_prob", "divergent"):
+        for key in ("potential", "kinetic_energy", "kinetic_temperature", "thermostat", "accept_prob", "divergent",
+                    "effective_temperature", "tempering_thermostat", "on_plateau"):
             values = [b[key] for b in kept if key in b]
             if values:
                 summary[key] = float(np.mean(values))
         if "accept_prob" in summary:
             summary["acceptance_rate"] = summary.pop("accept_prob")
+        if "on_plateau" in summary:  # tacthmc: Appendix A's efficiency
+            summary["plateau_fraction"] = summary.pop("on_plateau")
         if "divergent" in summary:
             summary["n_divergent"] = int(round(summary.pop("divergent") * len(kept)))
         summary["n_steps"] = len(steps)
@@ -441,6 +452,9 @@ class BayesianNeuralNet(NeuralNet):
     def _raise_divergence(self, step: int, what: str):
         step_size = getattr(self.sampler_, "step_size", None)
         hint = f"sampler__step_size={step_size:g}" if step_size is not None else "the step size"
+        if self.sampler_.name == "tacthmc":
+            hint += (f"; or sampler__tempering_step_size={self.sampler_.tempering_step_size:g}, whose kick on the "
+                     "tempering variable grows with the size of the potential")
         raise DivergenceError(
             f"the {self.sampler_.name} chain diverged at step {step}: the {what}. Reduce the step size "
             f"(now {hint}), e.g. by a factor of 10, or standardise the inputs. The {len(self.trace_)} draws "

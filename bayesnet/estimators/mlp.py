@@ -61,8 +61,12 @@ _COMMON_DOC = """
         Number of posterior draws kept for prediction.
     burn_in : int, default=1000
         Sampler steps (mini-batches) discarded at the start.
-    thinning : int, default=10
-        Keep every ``thinning``-th step after burn-in.
+    thinning : int or "auto", default="auto"
+        Keep every ``thinning``-th candidate step after burn-in (every step
+        is a candidate, except for tacthmc, which offers only the steps at
+        unit temperature that are multiples of its ``steps_per_sample``, and
+        hmc, where a step is a whole trajectory). "auto" is 10, or 1 for
+        tacthmc.
     prior_scale : float or prior object, default=1.0
         Standard deviation of the isotropic Gaussian prior on every weight
         and bias (or an object with ``log_prob(parameters)``).
@@ -70,7 +74,9 @@ _COMMON_DOC = """
         Mini-batch size; -1 for full-batch gradients; "auto" is 128 rows for
         the stochastic-gradient samplers and the full batch for ``hmc``.
     max_epochs : int or None, default=None
-        Epochs to run; None runs ``burn_in + n_draws * thinning`` steps.
+        Epochs to run; None runs ``burn_in + n_draws * thinning`` steps
+        (for tacthmc ``burn_in + n_draws * thinning * steps_per_sample / 0.2``,
+        0.2 being the expected fraction of steps at unit temperature).
     device : {"cpu", "cuda", "cuda:N", "auto"}, default="cpu"
         Where sampling runs; draws are always stored on the CPU.
     random_state : int, RandomState or None, default=None
@@ -108,7 +114,7 @@ class BayesianMLPClassifier(BayesianClassifierMixin, BayesianNeuralNet):
     """ + _COMMON_DOC
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
-                 burn_in=1000, thinning=10, prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu",
+                 burn_in=1000, thinning="auto", prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu",
                  random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning,
                          prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs, device=device,
@@ -134,7 +140,7 @@ class BayesianMLPRegressor(BayesianRegressorMixin, BayesianNeuralNet):
 """
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
-                 burn_in=1000, thinning=10, prior_scale=1.0, noise_shape=1.0, noise_scale=0.1, batch_size="auto",
+                 burn_in=1000, thinning="auto", prior_scale=1.0, noise_shape=1.0, noise_scale=0.1, batch_size="auto",
                  max_epochs=None, device="cpu", random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning,
                          prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs, device=device,

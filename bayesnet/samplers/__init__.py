@@ -20,6 +20,7 @@ from .sghmc import SGHMC
 from .sgld import SGLD
 from .sgnht import SGNHT
 from .hmc import HMC
+from .tacthmc import TACTHMC
 
 __all__ = [
     "DivergenceError",
@@ -36,4 +37,5 @@ __all__ = [
     "SGHMC",
     "SGLD",
     "SGNHT",
+    "TACTHMC",
 ]

@@ -151,6 +151,8 @@ class Sampler:
     """
 
     name: ClassVar[str] = ""
+    #: thinning the estimators use for ``thinning="auto"`` (samplers that thin themselves use 1)
+    default_thinning: ClassVar[int] = 10
     _positive: ClassVar[tuple[str, ...]] = ()
     _non_negative: ClassVar[tuple[str, ...]] = ()
 
@@ -181,6 +183,11 @@ class Sampler:
                 raise ValueError(f"{self.name}: {key} must be > 0, got {val!r}.")
             if key in self._non_negative and val < 0:
                 raise ValueError(f"{self.name}: {key} must be >= 0, got {val!r}.")
+
+    def steps_per_draw(self) -> float:
+        """Expected number of steps per candidate draw (``StepInfo.is_draw``); 1 unless the sampler
+        collects only some of its steps, as TACT-HMC does. The estimators plan their run length with it."""
+        return 1.0
 
     def get_params(self) -> dict[str, Any]:
         """Current hyperparameters."""

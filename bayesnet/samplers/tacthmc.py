@@ -1,0 +1,480 @@
+"""Thermostat-assisted continuously-tempered Hamiltonian Monte Carlo (TACT-HMC), papers 000 and 002."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from .integrators import gaussian_like
+
+__all__ = ["TACTHMC", "coupling", "coupling_derivative"]
+
+
+def coupling(xi: Tensor, plateau: float, width: float, order: int) -> Tensor:
+    r"""The coupling function :math:`\lambda(\xi)` of paper 002 Appendix A.
+
+    .. math::
+
+        1/\lambda(\xi) = 1 \ \text{for}\ |\xi| \le \xi_0, \qquad
+        1/\lambda(\xi) = 1 + \Big(\frac{|\xi| - \xi_0}{\xi_1 - \xi_0}\Big)^n \ \text{otherwise},
+
+    with ``plateau`` :math:`=\xi_0`, ``width`` :math:`=\xi_1` and ``order``
+    :math:`=n`. Exactly 1 on the plateau (the test for collecting a sample).
+    """
+    s = ((xi.abs() - plateau) / (width - plateau)).clamp_min(0.0)
+    return 1.0 / (1.0 + s**order)
+
+
+def coupling_derivative(xi: Tensor, plateau: float, width: float, order: int) -> Tensor:
+    r""":math:`\lambda'(\xi) = -\operatorname{sign}(\xi)\, n s^{n-1} / ((\xi_1-\xi_0)(1+s^n)^2)`,
+    :math:`s = \max(0, (|\xi|-\xi_0)/(\xi_1-\xi_0))`; zero on the plateau."""
+    s = ((xi.abs() - plateau) / (width - plateau)).clamp_min(0.0)
+    slope = order * s ** (order - 1) / ((width - plateau) * (1.0 + s**order) ** 2)
+    return torch.where(s > 0, -torch.sign(xi) * slope, torch.zeros_like(xi))
+
+
+def _per_chain(t: Tensor, like: Tensor) -> Tensor:
+    """Broadcast a per-chain tensor, shape () or (C,), against a position tensor (C, ...)."""
+    return t.reshape(t.shape + (1,) * (like.ndim - t.ndim))
+
+
+@register_sampler
+class TACTHMC(Sampler):
+    r"""Thermostat-assisted continuously-tempered Hamiltonian Monte Carlo (paper 000, Algorithm 1).
+
+    The parameters :math:`\theta` (momentum :math:`r_\theta`) are coupled to a
+    scalar tempering variable :math:`\xi` (momentum :math:`r_\xi`) through the
+    extended Hamiltonian :math:`H = \lambda(\xi) U(\theta) + W(\xi) + \ldots`
+    (paper 000 eq. 4): the effective temperature of :math:`\theta` is
+    :math:`T/\lambda(\xi)`, which rises up to ``max_temperature`` as
+    :math:`\xi` leaves the plateau :math:`|\xi| \le \xi_0` and lets the chain
+    cross energy barriers between modes. Each of :math:`\theta` and
+    :math:`\xi` has a scalar Nosé-Hoover thermostat (:math:`z_\theta`,
+    :math:`z_\xi`) that absorbs the unknown mini-batch noise (paper 000
+    eq. 5, Theorem 1; the isotropic simplification of Sec. 3.3). An adaptive
+    biasing force (Sec. 3.2) flattens the free energy of :math:`\xi` so that
+    it random-walks over the well. In the variables of Sec. 3.3
+    (:math:`r = p\Delta t/m`, :math:`z = s\Delta t`, :math:`\eta = \Delta t^2/m`,
+    :math:`\gamma_\theta = \kappa_\theta/(m_\theta D)`, :math:`\gamma_\xi = \kappa_\xi/m_\xi`)
+    one step ``k`` is Algorithm 1 lines 4-18:
+
+    .. math::
+
+        z_\xi &\leftarrow z_\xi + \lambda'^2 (r_\xi^2 - \eta_\xi T)/\gamma_\xi \\
+        z_\theta &\leftarrow z_\theta + \lambda^2 (r_\theta^\top r_\theta/D - \eta_\theta T)/\gamma_\theta \\
+        r_\xi &\leftarrow r_\xi - \lambda' \big(\eta_\xi \tilde U + \mathcal N(0, 2 c_\xi \eta_\xi T)\big)
+                 - \lambda'^2 z_\xi r_\xi + \eta_\xi\, \delta A(\xi) \\
+        r_\theta &\leftarrow r_\theta + \lambda \big(\eta_\theta \tilde f + \mathcal N(0, 2 c_\theta \eta_\theta T I)\big)
+                 - \lambda^2 z_\theta r_\theta \\
+        \xi &\leftarrow \xi + r_\xi \quad(\text{if outside the well: } r_\xi \leftarrow -r_\xi,\ \xi \leftarrow \xi + r_\xi) \\
+        \theta &\leftarrow \theta + r_\theta
+
+    with :math:`\lambda, \lambda'` evaluated at the :math:`\xi` the step
+    starts from, :math:`\tilde f = -\nabla \tilde U` and :math:`\delta A` the
+    biasing force of :math:`\xi`'s bin, read before and updated after the
+    momentum step. ``theta`` counts as a sample when ``k`` is a multiple of
+    ``steps_per_sample`` (:math:`K`) *and* the step ran at unit temperature,
+    :math:`\lambda(\xi) = 1` (line 16): only those positions follow the
+    posterior; the rest serve to cross barriers. :math:`T` is the
+    ``temperature`` of the extended system (1 in the paper).
+
+    The paper's per-task "7-tuple" :math:`[\eta_\theta, \eta_\xi, c_\theta,
+    c_\xi, \gamma_\theta, \gamma_\xi, K]` (Sec. 5.2) is ``[step_size,
+    tempering_step_size, noise, tempering_noise, thermal_inertia,
+    tempering_thermal_inertia, steps_per_sample]``; build a sampler from one
+    with :meth:`from_specification`.
+
+    Parameters
+    ----------
+    step_size : float, default=1e-4
+        :math:`\eta_\theta > 0`, in the units of :class:`SGNHT`'s. The paper's
+        1.5e-3 (MLP) refers to its potential's scale; with the estimators'
+        full-data potential (``N / |S|`` scaling) steps are smaller.
+    tempering_step_size : float, default=1.5e-3
+        :math:`\eta_\xi > 0` (paper: 1.5e-3 for the MLP).
+    noise : float, default=0.05
+        :math:`c_\theta \ge 0`, level of the injected noise on
+        :math:`r_\theta`; also the initial value of :math:`z_\theta` (line 1).
+    tempering_noise : float, default=0.05
+        :math:`c_\xi \ge 0`, likewise for :math:`\xi`.
+    thermal_inertia : float, default=1.0
+        :math:`\gamma_\theta > 0`.
+    tempering_thermal_inertia : float, default=1.0
+        :math:`\gamma_\xi > 0`.
+    steps_per_sample : int, default=50
+        :math:`K \ge 1`, steps per unit interval: a sample is taken at most
+        every ``K`` steps.
+    plateau : float, default=1/3
+        Half-width :math:`\xi_0 > 0` of the plateau :math:`\lambda = 1`
+        (paper 002 Appendix A).
+    coupling_width : float, default=1.0
+        :math:`\xi_1 > \xi_0`, where the effective temperature reaches 2.
+    coupling_order : int, default=3
+        Exponent :math:`n \ge 1` of the coupling function.
+    wall : float, default=5/3
+        Position :math:`W_0 > \xi_0` of the infinite walls of the confining
+        well :math:`W(\xi)`; the highest effective temperature is
+        ``max_temperature = 1 + ((wall - plateau) / (coupling_width - plateau)) ** coupling_order``
+        (9 with the defaults) and the expected fraction of steps on the
+        plateau, Appendix A's efficiency, is ``plateau / wall`` (20 %).
+    biasing : {"abf", "metadynamics", None}, default="abf"
+        How the free energy of :math:`\xi` is flattened: the adaptive
+        biasing force of Sec. 3.2-3.3, the metadynamics of paper 002
+        Appendix B, or not at all.
+    n_bins : int, default=50
+        Number :math:`J \ge 1` of equal bins over :math:`[-W_0, W_0]` in
+        which the biasing force (or potential) is kept.
+    metadynamics_height : float, default=0.1
+        :math:`h_A > 0`, the increment of the biasing potential of the
+        visited bin per step (Appendix B), in units of the potential.
+    metadynamics_bias_temperature : float or None, default=None
+        :math:`\Delta T > 0` turns on well-tempered metadynamics (Barducci et
+        al. 2008, paper 002 ref. [1]): the increment becomes
+        :math:`h_A \exp(-A_j/\Delta T)`, so the bias converges. None keeps
+        the vanilla scheme of Appendix B.
+    resample_momentum : bool, default=False
+        Redraw :math:`r_\theta \sim \mathcal N(0, \eta_\theta T I)` and
+        :math:`r_\xi \sim \mathcal N(0, \eta_\xi T)` after each collected
+        sample (line 18, "optionally").
+    temperature : float, default=1.0
+        :math:`T > 0` of the extended system; samples follow
+        :math:`\exp(-U/T)`.
+    tempering : bool, default=True
+        False freezes :math:`\xi = 0` (:math:`\lambda \equiv 1`): the
+        "thermostats without tempering" ablation of paper 000 Sec. 5.1, which
+        is SGNHT collecting every ``K`` steps.
+    thermostats : bool, default=True
+        False holds :math:`z_\theta = c_\theta` and :math:`z_\xi = c_\xi`
+        fixed: the "tempering without thermostats" ablation of Sec. 5.1
+        (constant friction, which cannot absorb gradient noise).
+
+    Raises
+    ------
+    ValueError
+        On out-of-range values (e.g. ``coupling_width <= plateau``,
+        ``wall <= plateau``) or an unknown ``biasing``.
+
+    Notes
+    -----
+    Choices where the paper is ambiguous, following Algorithm 1 and Sec. 3.3:
+
+    * Line 16 reads "λ = 0"; the text (Sec. 3.1, Appendix A) collects at
+      unit temperature, :math:`\lambda(\xi) = 1`, which is what is tested.
+    * Line 21 averages the force with the global step count ``1/k``; Sec. 3.3
+      describes a running time average per bin, which is what is kept here
+      (``abf[j]`` is the mean of :math:`\lambda'(\xi)\tilde U` over the
+      visits of bin ``j``). An unvisited bin has zero bias.
+    * The reflection of line 14 is done as written (the authors' released
+      code is reported not to move :math:`\xi` back): on leaving the well
+      the velocity is reversed and the step undone, so :math:`\xi` returns
+      to where it was (up to rounding, which is avoided by keeping the old
+      value).
+    * Outside the plateau the noise :math:`\mathcal N(0, 2c_\xi\eta_\xi T)` is
+      multiplied by :math:`\lambda'`, exactly as in line 9, which balances
+      the friction :math:`\lambda'^2 z_\xi` (fluctuation-dissipation).
+
+    Chains: ``init(..., n_chains=C)`` runs ``C`` independent chains packed on
+    a leading axis of every position tensor; the potential must then return
+    one value per chain (shape ``(C,)``). Each chain has its own
+    :math:`\xi`, thermostats and bias table; ``StepInfo.is_draw`` is then a
+    boolean tensor of shape ``(C,)``.
+
+    ``StepInfo.extra`` holds ``xi``, ``effective_temperature``
+    (:math:`T/\lambda(\xi)` of the step), ``thermostat`` (:math:`z_\theta`),
+    ``tempering_thermostat`` (:math:`z_\xi`) and ``on_plateau``; the bias
+    profile is available from :meth:`bias_profile` and the fraction of steps
+    on the plateau from :meth:`plateau_fraction`.
+
+    References
+    ----------
+    R. Luo, J. Wang, Y. Yang, Z. Zhu, J. Wang, "Thermostat-assisted
+    continuously-tempered Hamiltonian Monte Carlo for Bayesian learning",
+    NeurIPS 2018 (paper 000: eqs. 4, 5, 10, 11, Sec. 3.3, Algorithm 1;
+    paper 002: Appendix A for :math:`\lambda, W`, Appendix B for
+    metadynamics).
+    """
+
+    name = "tacthmc"
+    default_thinning = 1  # samples are already K steps apart
+    _positive = ("step_size", "tempering_step_size", "thermal_inertia", "tempering_thermal_inertia", "plateau",
+                 "coupling_width", "wall", "metadynamics_height", "temperature")
+    _non_negative = ("noise", "tempering_noise")
+
+    def __init__(self, step_size: float = 1e-4, tempering_step_size: float = 1.5e-3, noise: float = 0.05,
+                 tempering_noise: float = 0.05, thermal_inertia: float = 1.0, tempering_thermal_inertia: float = 1.0,
+                 steps_per_sample: int = 50, plateau: float = 1.0 / 3.0, coupling_width: float = 1.0,
+                 coupling_order: int = 3, wall: float = 5.0 / 3.0, biasing: str | None = "abf", n_bins: int = 50,
+                 metadynamics_height: float = 0.1, metadynamics_bias_temperature: float | None = None,
+                 resample_momentum: bool = False, temperature: float = 1.0, tempering: bool = True,
+                 thermostats: bool = True):
+        self.step_size = step_size
+        self.tempering_step_size = tempering_step_size
+        self.noise = noise
+        self.tempering_noise = tempering_noise
+        self.thermal_inertia = thermal_inertia
+        self.tempering_thermal_inertia = tempering_thermal_inertia
+        self.steps_per_sample = steps_per_sample
+        self.plateau = plateau
+        self.coupling_width = coupling_width
+        self.coupling_order = coupling_order
+        self.wall = wall
+        self.biasing = biasing
+        self.n_bins = n_bins
+        self.metadynamics_height = metadynamics_height
+        self.metadynamics_bias_temperature = metadynamics_bias_temperature
+        self.resample_momentum = resample_momentum
+        self.temperature = temperature
+        self.tempering = tempering
+        self.thermostats = thermostats
+        self._validate()
+
+    def _validate(self) -> None:
+        super()._validate()
+        for key in ("steps_per_sample", "coupling_order", "n_bins"):
+            val = getattr(self, key)
+            if isinstance(val, bool) or not isinstance(val, Integral) or val < 1:
+                raise ValueError(f"{self.name}: {key} must be an integer >= 1, got {val!r}.")
+        if self.coupling_width <= self.plateau:
+            raise ValueError(f"{self.name}: coupling_width ({self.coupling_width}) must exceed plateau "
+                             f"({self.plateau}).")
+        if self.wall <= self.plateau:
+            raise ValueError(f"{self.name}: wall ({self.wall}) must exceed plateau ({self.plateau}), or the "
+                             "tempering variable can never leave unit temperature.")
+        if self.biasing not in ("abf", "metadynamics", None):
+            raise ValueError(f"{self.name}: biasing must be 'abf', 'metadynamics' or None, got {self.biasing!r}.")
+        tb = self.metadynamics_bias_temperature
+        if tb is not None and (isinstance(tb, bool) or not isinstance(tb, (int, float)) or not tb > 0
+                               or not math.isfinite(tb)):
+            raise ValueError(f"{self.name}: metadynamics_bias_temperature must be None or > 0, got {tb!r}.")
+        for key in ("resample_momentum", "tempering", "thermostats"):
+            if not isinstance(getattr(self, key), (bool, int)):
+                raise ValueError(f"{self.name}: {key} must be a bool, got {getattr(self, key)!r}.")
+
+    # ------------------------------------------------------------------ #
+    @classmethod
+    def from_specification(cls, specification: Sequence[float], **params: Any) -> "TACTHMC":
+        r"""Build from paper 000's 7-tuple :math:`[\eta_\theta, \eta_\xi, c_\theta, c_\xi, \gamma_\theta, \gamma_\xi, K]`.
+
+        E.g. the MLP/EMNIST setting of Sec. 5.2 is
+        ``TACTHMC.from_specification([0.0015, 0.0015, 0.05, 0.05, 1.0, 1.0, 50])``.
+        ``params`` set the other hyperparameters.
+
+        Raises
+        ------
+        ValueError
+            If ``specification`` does not have 7 entries.
+        """
+        spec = list(specification)
+        if len(spec) != 7:
+            raise ValueError(f"the TACT-HMC specification has 7 entries [eta_theta, eta_xi, c_theta, c_xi, "
+                             f"gamma_theta, gamma_xi, K], got {len(spec)}: {spec}.")
+        keys = ("step_size", "tempering_step_size", "noise", "tempering_noise", "thermal_inertia",
+                "tempering_thermal_inertia", "steps_per_sample")
+        spec[6] = int(spec[6])
+        return cls.from_params(**dict(zip(keys, spec)), **params)
+
+    @property
+    def max_temperature(self) -> float:
+        """Highest effective temperature :math:`T/\\lambda(W_0)` (9 with the defaults)."""
+        s = (self.wall - self.plateau) / (self.coupling_width - self.plateau)
+        return self.temperature * (1.0 + s**self.coupling_order)
+
+    @property
+    def expected_plateau_fraction(self) -> float:
+        """Appendix A's efficiency ``plateau / wall``: the fraction of steps at unit temperature when the
+        biasing makes :math:`\\xi` uniform on the well (20 % with the defaults)."""
+        return self.plateau / self.wall if self.tempering else 1.0
+
+    def steps_per_draw(self) -> float:
+        """Expected number of steps between two collected samples, ``K / expected_plateau_fraction``."""
+        return self.steps_per_sample / self.expected_plateau_fraction
+
+    # ------------------------------------------------------------------ #
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
+        """Start at ``position`` with :math:`\\xi = 0` (unit temperature), momenta from their stationary laws.
+
+        Parameters
+        ----------
+        position : sequence of Tensor
+            The parameters (used in place, not copied); with ``n_chains``
+            each has a leading axis of that size.
+        generator : torch.Generator or None
+        n_chains : int, optional
+            Number of chains packed on the leading axis; None for one chain
+            without a chain axis.
+        """
+        position = list(position)
+        first = position[0]
+        if n_chains is not None:
+            bad = [tuple(p.shape) for p in position if p.ndim == 0 or p.shape[0] != n_chains]
+            if bad:
+                raise ValueError(f"with n_chains={n_chains} every position tensor needs a leading axis of that "
+                                 f"size; got shapes {bad}.")
+        shape = () if n_chains is None else (int(n_chains),)
+        opts = dict(dtype=first.dtype, device=first.device)
+        T = self.temperature
+        momentum = [m.mul_(math.sqrt(self.step_size * T)) for m in gaussian_like(position, generator)]
+        r_xi = torch.randn(shape, generator=generator, **opts) * math.sqrt(self.tempering_step_size * T)
+        if not self.tempering:
+            r_xi.zero_()
+        extra = {
+            "xi": torch.zeros(shape, **opts),
+            "xi_momentum": r_xi,
+            "thermostat": torch.full(shape, float(self.noise), **opts),
+            "tempering_thermostat": torch.full(shape, float(self.tempering_noise), **opts),
+            "bias": torch.zeros(shape + (self.n_bins,), **opts),
+            "bin_visits": torch.zeros(shape + (self.n_bins,), **opts),
+            "plateau_steps": torch.zeros(shape, **opts),
+            "n_chains": n_chains,
+        }
+        return SamplerState(position=position, momentum=momentum, extra=extra)
+
+    def _bin(self, xi: Tensor) -> Tensor:
+        width = 2.0 * self.wall / self.n_bins
+        return ((xi + self.wall) / width).floor().long().clamp_(0, self.n_bins - 1)
+
+    def _bias_force(self, bias: Tensor, j: Tensor, xi: Tensor) -> Tensor:
+        """:math:`\\delta A` of line 7 for the bin ``j`` that holds ``xi``."""
+        if self.biasing is None:
+            return torch.zeros_like(xi)
+        if self.biasing == "abf":
+            return bias.gather(-1, j.unsqueeze(-1)).squeeze(-1)
+        # metadynamics, paper 002 Appendix B: -dA/dxi by a one-sided difference towards xi's side of the centre
+        delta = 2.0 * self.wall / self.n_bins
+        centre = -self.wall + (j.to(xi.dtype) + 0.5) * delta
+        upper = torch.where(xi >= centre, (j + 1).clamp(max=self.n_bins - 1), j)
+        lower = torch.where(xi >= centre, j, (j - 1).clamp(min=0))
+        a_hi = bias.gather(-1, upper.unsqueeze(-1)).squeeze(-1)
+        a_lo = bias.gather(-1, lower.unsqueeze(-1)).squeeze(-1)
+        return (a_lo - a_hi) / delta
+
+    def _update_bias(self, state: SamplerState, j: Tensor, force: Tensor) -> None:
+        """ABFUPDATE (line 11, 19-21) or the metadynamics deposit of Appendix B."""
+        if self.biasing is None:
+            return
+        bias, visits = state.extra["bias"], state.extra["bin_visits"]
+        idx = j.unsqueeze(-1)
+        visits.scatter_add_(-1, idx, torch.ones_like(force).unsqueeze(-1))
+        if self.biasing == "abf":
+            n = visits.gather(-1, idx)
+            old = bias.gather(-1, idx)
+            bias.scatter_(-1, idx, old + (force.unsqueeze(-1) - old) / n)
+        else:
+            height = torch.full_like(force, float(self.metadynamics_height)).unsqueeze(-1)
+            if self.metadynamics_bias_temperature is not None:
+                height = height * torch.exp(-bias.gather(-1, idx) / self.metadynamics_bias_temperature)
+            bias.scatter_add_(-1, idx, height)
+
+    @torch.no_grad()
+    def step(
+        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
+    ) -> tuple[SamplerState, StepInfo]:
+        ex = state.extra
+        T = self.temperature
+        eta, eta_xi = self.step_size, self.tempering_step_size
+        r, theta = state.momentum, state.position
+        xi, r_xi = ex["xi"], ex["xi_momentum"]
+        batched = ex["n_chains"] is not None
+        n_chains = ex["n_chains"] or 1
+        # line 4
+        if self.tempering:
+            lam = coupling(xi, self.plateau, self.coupling_width, self.coupling_order)
+            dlam = coupling_derivative(xi, self.plateau, self.coupling_width, self.coupling_order)
+        else:
+            lam, dlam = torch.ones_like(xi), torch.zeros_like(xi)
+        lam2, dlam2 = lam * lam, dlam * dlam
+        # lines 5-6: thermostats (kinetic temperature per chain)
+        dim = sum(p.numel() for p in r) // n_chains
+        r2 = sum(m.reshape(n_chains, -1).square().sum(1) for m in r)
+        r2 = r2 if batched else r2.reshape(())
+        if self.thermostats:
+            ex["tempering_thermostat"] = ex["tempering_thermostat"] + dlam2 * (r_xi * r_xi - eta_xi * T) \
+                / self.tempering_thermal_inertia
+            ex["thermostat"] = ex["thermostat"] + lam2 * (r2 / dim - eta * T) / self.thermal_inertia
+        z_theta, z_xi = ex["thermostat"], ex["tempering_thermostat"]
+        # line 7-8
+        j = self._bin(xi)
+        delta_a = self._bias_force(ex["bias"], j, xi)
+        value, grad = potential.value_and_grad(batch)
+        value = value.detach().to(xi.dtype).reshape(xi.shape)
+        # line 9: tempering momentum
+        if self.tempering:
+            kick = torch.randn(xi.shape, generator=generator, dtype=xi.dtype, device=xi.device)
+            r_xi = (r_xi - dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * kick)
+                    - dlam2 * z_xi * r_xi + eta_xi * delta_a)
+        # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta grad + lam sqrt(2 c eta T) N
+        decay = 1.0 - lam2 * z_theta
+        noise = gaussian_like(r, generator)
+        noise_std = lam * math.sqrt(2.0 * self.noise * eta * T)
+        for m, g, w in zip(r, grad, noise):
+            m.mul_(_per_chain(decay, m)).add_(_per_chain(-eta * lam, m) * g + _per_chain(noise_std, m) * w)
+        # line 11
+        if self.tempering:
+            self._update_bias(state, j, dlam * value)
+        # lines 12-14: move xi inside the infinite well; on leaving it, reverse the velocity and undo the move
+        if self.tempering:
+            moved = xi + r_xi
+            outside = moved.abs() > self.wall
+            ex["xi_momentum"] = torch.where(outside, -r_xi, r_xi)
+            ex["xi"] = torch.where(outside, xi, moved)
+        # line 15
+        torch._foreach_add_(theta, r)
+        state.step += 1
+        # line 16-18: collect at unit temperature every K steps
+        on_plateau = lam == 1.0
+        ex["plateau_steps"] = ex["plateau_steps"] + on_plateau.to(xi.dtype)
+        if state.step % self.steps_per_sample == 0:
+            is_draw = on_plateau.clone()
+            if self.resample_momentum and bool(is_draw.any()):
+                self._resample(state, is_draw, generator)
+        else:
+            is_draw = torch.zeros_like(on_plateau)
+        if not batched:
+            is_draw = bool(is_draw)
+        info = StepInfo(
+            potential=value,
+            kinetic_energy=0.5 * r2 / eta,
+            kinetic_temperature=r2 / (eta * dim),
+            is_draw=is_draw,
+            extra={"xi": xi, "effective_temperature": T / lam, "thermostat": z_theta,
+                   "tempering_thermostat": z_xi, "on_plateau": on_plateau.to(xi.dtype)},
+        )
+        return state, info
+
+    def _resample(self, state: SamplerState, chains: Tensor, generator: torch.Generator | None) -> None:
+        T = self.temperature
+        fresh = gaussian_like(state.momentum, generator)
+        for m, w in zip(state.momentum, fresh):
+            m.copy_(torch.where(_per_chain(chains, m), w * math.sqrt(self.step_size * T), m))
+        r_xi = state.extra["xi_momentum"]
+        new = torch.randn(r_xi.shape, generator=generator, dtype=r_xi.dtype, device=r_xi.device)
+        state.extra["xi_momentum"] = torch.where(chains, new * math.sqrt(self.tempering_step_size * T), r_xi)
+
+    # ------------------------------------------------------------------ #
+    def bias_profile(self, state: SamplerState) -> tuple[Tensor, Tensor, Tensor]:
+        """The biasing table over :math:`\\xi`'s bins.
+
+        Returns
+        -------
+        centres : Tensor, shape (n_bins,)
+            Bin centres on :math:`[-W_0, W_0]`.
+        bias : Tensor, shape (n_bins,) or (n_chains, n_bins)
+            ABF: the running mean force :math:`\\langle\\lambda'(\\xi)\\tilde U\\rangle` per bin (the estimate
+            of :math:`A'(\\xi)`, eq. 11); metadynamics: the biasing potential :math:`A_j`.
+        visits : Tensor, same shape as ``bias``
+            Steps spent in each bin (a histogram of :math:`\\xi`).
+        """
+        delta = 2.0 * self.wall / self.n_bins
+        centres = -self.wall + (torch.arange(self.n_bins, dtype=torch.float64) + 0.5) * delta
+        return centres, state.extra["bias"].detach().cpu(), state.extra["bin_visits"].detach().cpu()
+
+    @staticmethod
+    def plateau_fraction(state: SamplerState) -> Tensor:
+        """Fraction of the steps so far taken at unit temperature, per chain (Appendix A's efficiency)."""
+        return state.extra["plateau_steps"] / max(state.step, 1)

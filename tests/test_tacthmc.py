@@ -1,0 +1,310 @@
+"""TACT-HMC (papers 000 and 002): the parts of Algorithm 1, and the synthetic experiments of Sec. 5.1.
+
+The reproductions use the chain axis of the kernel: hundreds of independent
+chains (each with its own tempering variable, thermostats and bias table)
+advance in one call; the gradient is perturbed by Gaussian noise (sd 5 per
+component) unknown to the samplers, as in the paper. Each experiment runs
+TACT-HMC and the two ablations of Sec. 5.1 with the same settings:
+``tempering=False`` (thermostats only: trapped by the barriers) and
+``thermostats=False`` (tempering with a fixed friction: the gradient noise
+heats it and the histogram spreads).
+"""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from bayesnet.diagnostics import effective_sample_size
+from bayesnet.posterior import FunctionPotential
+from bayesnet.samplers import TACTHMC, make_sampler
+from bayesnet.samplers.tacthmc import coupling, coupling_derivative
+from targets import correlated_gaussian, four_modes_2d, moment_errors, ring_2d, run_tacthmc, three_modes_1d, \
+    total_variation_1d
+
+# settings of the synthetic experiments: [eta_theta, eta_xi, c_theta, c_xi, gamma_theta, gamma_xi, K]
+SPEC = [0.01, 0.005, 0.05, 0.05, 1.0, 1.0, 50]
+SYNTHETIC = dict(zip(("step_size", "tempering_step_size", "noise", "tempering_noise", "thermal_inertia",
+                      "tempering_thermal_inertia", "steps_per_sample"), SPEC))
+
+
+# --------------------------------------------------------------------------- #
+# the pieces of Algorithm 1
+# --------------------------------------------------------------------------- #
+def test_coupling_function_and_well_follow_appendix_a():
+    s = TACTHMC()
+    xi = torch.tensor([0.0, 0.2, -1 / 3, 1.0, -1.0, 5 / 3], dtype=torch.float64)
+    lam = coupling(xi, s.plateau, s.coupling_width, s.coupling_order)
+    np.testing.assert_allclose(lam.numpy(), [1, 1, 1, 0.5, 0.5, 1 / 9], rtol=1e-12)
+    assert s.max_temperature == pytest.approx(9.0)
+    assert s.expected_plateau_fraction == pytest.approx(0.2)
+    assert s.steps_per_draw() == pytest.approx(250.0)
+    # derivative: even function's odd derivative, zero on the plateau, matches finite differences
+    grid = torch.linspace(-1.66, 1.66, 301, dtype=torch.float64)
+    d = coupling_derivative(grid, 1 / 3, 1.0, 3)
+    h = 1e-6
+    fd = (coupling(grid + h, 1 / 3, 1.0, 3) - coupling(grid - h, 1 / 3, 1.0, 3)) / (2 * h)
+    np.testing.assert_allclose(d.numpy(), fd.numpy(), atol=1e-6)
+    assert torch.all(d[grid.abs() <= 1 / 3] == 0)
+    # order 1: the derivative jumps at the plateau's edge but is still zero on it
+    assert float(coupling_derivative(torch.tensor(0.2), 1 / 3, 1.0, 1)) == 0.0
+
+
+def test_paper_specification_maps_to_named_hyperparameters():
+    s = TACTHMC.from_specification([0.0015, 0.0015, 0.05, 0.05, 1.0, 1.0, 50])  # MLP / EMNIST, Sec. 5.2
+    assert (s.step_size, s.tempering_step_size, s.noise, s.tempering_noise) == (0.0015, 0.0015, 0.05, 0.05)
+    assert (s.thermal_inertia, s.tempering_thermal_inertia, s.steps_per_sample) == (1.0, 1.0, 50)
+    s = TACTHMC.from_specification([0.0010, 0.0010, 0.10, 0.10, 1.0, 1.0, 50], biasing="metadynamics")  # CNN
+    assert s.noise == 0.10 and s.biasing == "metadynamics"
+    with pytest.raises(ValueError, match="7 entries"):
+        TACTHMC.from_specification([0.0012, 0.0012, 0.012, 0.15, 0.15, 1.0, 1.0, 50])  # RNN row as printed
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(coupling_width=0.3), "coupling_width"), (dict(wall=0.2), "wall"), (dict(steps_per_sample=0), "steps"),
+    (dict(biasing="wtmd"), "biasing"), (dict(tempering_step_size=0), "tempering_step_size"),
+    (dict(metadynamics_bias_temperature=-1.0), "bias_temperature"), (dict(coupling_order=1.5), "coupling_order"),
+])
+def test_bad_hyperparameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_sampler("tacthmc", **kwargs)
+
+
+def _flat_potential(n_chains, dim=3, value=0.0):
+    """U = value everywhere (no force on theta; force -lambda' * value on xi)."""
+    return FunctionPotential(lambda p, b: p[0].sum(1) * 0.0 + value, [torch.zeros(n_chains, dim, dtype=torch.float64)])
+
+
+def test_the_wall_reflects():
+    """Algorithm 1 lines 12-14: a step that would leave the well reverses the velocity and undoes the move."""
+    s = make_sampler("tacthmc", thermostats=False, tempering_noise=0.0, biasing=None)
+    pot = _flat_potential(4)
+    gen = torch.Generator().manual_seed(0)
+    state = s.init(pot.parameters, gen, n_chains=4)
+    state.extra["xi"][:] = torch.tensor([1.6, -1.6, 1.0, 0.0], dtype=torch.float64)
+    state.extra["xi_momentum"][:] = torch.tensor([0.2, -0.2, 0.2, 0.1], dtype=torch.float64)
+    state, _ = s.step(state, pot, None, gen)
+    xi, r = state.extra["xi"].numpy(), state.extra["xi_momentum"].numpy()
+    np.testing.assert_allclose(xi[:2], [1.6, -1.6])  # bounced back to where it was
+    assert r[0] < 0 < r[1]  # moving inwards now
+    assert xi[2] == pytest.approx(1.0 + r[2]) and r[2] > 0  # inside: a plain move
+    # a free tempering variable never leaves the well
+    for _ in range(2000):
+        state, _ = s.step(state, pot, None, gen)
+        assert float(state.extra["xi"].abs().max()) <= s.wall
+
+
+def test_samples_only_every_k_steps_at_unit_temperature():
+    s = make_sampler("tacthmc", steps_per_sample=5, tempering_step_size=0.01)
+    pot = _flat_potential(64, value=1.0)
+    gen = torch.Generator().manual_seed(1)
+    state = s.init(pot.parameters, gen, n_chains=64)
+    n_draws, n_off_plateau_multiples = 0, 0
+    for k in range(1, 401):
+        lam_before = coupling(state.extra["xi"], s.plateau, s.coupling_width, s.coupling_order)
+        state, info = s.step(state, pot, None, gen)
+        draws = info.is_draw
+        if k % 5:
+            assert not draws.any()
+        else:
+            assert torch.equal(draws, lam_before == 1.0)
+            n_off_plateau_multiples += int((lam_before < 1).sum())
+        n_draws += int(draws.sum())
+    assert n_draws > 0 and n_off_plateau_multiples > 0  # both cases happened
+    frac = s.plateau_fraction(state)
+    assert frac.shape == (64,) and 0.0 < float(frac.mean()) < 1.0
+
+
+def test_single_chain_without_chain_axis_and_pickling():
+    s = make_sampler("tacthmc", steps_per_sample=2)
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(), [torch.zeros(5, dtype=torch.float64)])
+    gen = torch.Generator().manual_seed(2)
+    state = s.init(pot.parameters, gen)
+    assert state.extra["xi"].shape == ()
+    state, info = s.step(state, pot, None, gen)
+    state, info = s.step(state, pot, None, gen)
+    assert info.is_draw is True  # xi starts on the plateau
+    assert set(info.scalars()) >= {"xi", "effective_temperature", "thermostat", "tempering_thermostat"}
+    clone = pickle.loads(pickle.dumps(state))
+    assert torch.equal(clone.extra["xi"], state.extra["xi"])
+    with pytest.raises(ValueError, match="leading axis"):
+        s.init([torch.zeros(3, 2)], gen, n_chains=4)
+
+
+def test_ablation_switches():
+    pot = _flat_potential(8, value=3.0)
+    gen = torch.Generator().manual_seed(3)
+    s = make_sampler("tacthmc", tempering=False, steps_per_sample=3)
+    state = s.init(pot.parameters, gen, n_chains=8)
+    for k in range(1, 31):
+        state, info = s.step(state, pot, None, gen)
+        assert bool(info.is_draw.all()) == (k % 3 == 0)
+    assert torch.all(state.extra["xi"] == 0)
+    s = make_sampler("tacthmc", thermostats=False, noise=0.07, tempering_noise=0.02)
+    state = s.init(pot.parameters, gen, n_chains=8)
+    for _ in range(30):
+        state, info = s.step(state, pot, None, gen)
+    assert torch.all(state.extra["thermostat"] == 0.07) and torch.all(state.extra["tempering_thermostat"] == 0.02)
+
+
+def test_momentum_resampling_after_a_sample():
+    pot = _flat_potential(16)
+    out = {}
+    for resample in (False, True):
+        s = make_sampler("tacthmc", steps_per_sample=4, resample_momentum=resample, tempering_step_size=1e-6)
+        gen = torch.Generator().manual_seed(4)
+        state = s.init(pot.parameters, gen, n_chains=16)
+        for _ in range(4):
+            state, info = s.step(state, pot, None, gen)
+        assert bool(info.is_draw.all())
+        out[resample] = state.momentum[0].clone()
+    assert not torch.allclose(out[False], out[True])
+    # the redrawn momenta have the stationary scale sqrt(eta T)
+    assert float(out[True].std()) == pytest.approx(math.sqrt(1e-4), rel=0.3)
+
+
+def test_abf_keeps_the_running_mean_force_per_bin():
+    """Sec. 3.3: abf[j] is the time average of lambda'(xi) U over the visits of bin j (with U constant, that
+    is the mean of lambda' over the visits), read before and updated after the momentum step."""
+    s = make_sampler("tacthmc", tempering_step_size=0.01, n_bins=10)
+    pot = _flat_potential(1, value=2.0)
+    gen = torch.Generator().manual_seed(5)
+    state = s.init(pot.parameters, gen, n_chains=1)
+    sums, counts = np.zeros(10), np.zeros(10)
+    for _ in range(3000):
+        xi = state.extra["xi"].clone()
+        j = int(s._bin(xi)[0])
+        sums[j] += 2.0 * float(coupling_derivative(xi, s.plateau, s.coupling_width, s.coupling_order)[0])
+        counts[j] += 1
+        state, _ = s.step(state, pot, None, gen)
+    centres, bias, visits = s.bias_profile(state)
+    np.testing.assert_array_equal(visits[0].numpy(), counts)
+    seen = counts > 0
+    np.testing.assert_allclose(bias[0].numpy()[seen], sums[seen] / counts[seen], rtol=1e-9, atol=1e-12)
+    assert centres.shape == (10,) and float(centres[0]) == pytest.approx(-s.wall + s.wall / 10)
+
+
+def test_metadynamics_deposits_and_pushes_away():
+    """Appendix B: A_j grows by h_A per visit; the force -dA/dxi points away from visited bins; the
+    well-tempered variant deposits less where the bias is already high."""
+    pot = _flat_potential(1)
+    gen = torch.Generator().manual_seed(6)
+    for tb in (None, 0.2):
+        s = make_sampler("tacthmc", biasing="metadynamics", metadynamics_height=0.05,
+                         metadynamics_bias_temperature=tb, n_bins=20)
+        state = s.init(pot.parameters, gen, n_chains=1)
+        for _ in range(200):
+            state, _ = s.step(state, pot, None, gen)
+        _, bias, visits = s.bias_profile(state)
+        if tb is None:
+            np.testing.assert_allclose(bias[0].numpy(), 0.05 * visits[0].numpy())
+        else:
+            assert float(bias.sum()) < 0.05 * float(visits.sum())
+    bias = torch.zeros(1, 20, dtype=torch.float64)
+    bias[0, 10] = 1.0  # a hill in bin 10: a point in bin 11 left of its centre is pushed to the right
+    delta = 2 * s.wall / 20
+    xi = torch.tensor([-s.wall + 11.2 * delta], dtype=torch.float64)
+    assert float(s._bias_force(bias, s._bin(xi), xi)) == pytest.approx(1.0 / delta)
+
+
+# --------------------------------------------------------------------------- #
+# it samples the right distribution
+# --------------------------------------------------------------------------- #
+def _per_chain_gaussian(n_chains, gradient_noise):
+    target = correlated_gaussian(n_chains, gradient_noise=gradient_noise)
+    fn = target.potential.fn
+    prec = torch.linalg.inv(torch.tensor(target.cov))
+    mean = torch.tensor(target.mean)
+
+    def per_chain(params, batch):
+        d = params[0] - mean
+        return 0.5 * torch.einsum("ci,ij,cj->c", d, prec, d)
+
+    assert fn is not None
+    target.potential = FunctionPotential(per_chain, target.potential.parameters, gradient_noise,
+                                         torch.Generator().manual_seed(9))
+    return target
+
+
+def test_moments_of_a_correlated_gaussian_with_noisy_gradients():
+    """Unimodal check of the unit-temperature samples: the tempering excursions leave them exact."""
+    target = _per_chain_gaussian(512, gradient_noise=5.0)
+    out = run_tacthmc(target, 12000, burn_in=2000, **{**SYNTHETIC, "step_size": 0.005, "steps_per_sample": 10})
+    err = moment_errors(out["draws"], target.mean, target.cov)
+    print("tacthmc gaussian2d", {k: round(float(v), 4) for k, v in err.items()})
+    assert err["ess"] > 300
+    assert err["mean_err"] <= err["mean_tol"] + 0.03
+    assert err["cov_err"] <= err["cov_tol"] + 0.03
+
+
+def _thermostat_reference(c, eta, noise_var):
+    """Stationary z of the Euler scheme: (1 - z)^2 v + 2 c eta + eta^2 V = v with v = eta (T = 1), i.e.
+    2 z - z^2 = 2 c + eta V (Theorem 1's c + eta V / 2 to first order)."""
+    return 1.0 - math.sqrt(1.0 - (2 * c + eta * noise_var))
+
+
+def _experiment_1d(n_chains, n_steps, burn_in):
+    results = {}
+    for label, extra in (("tact-hmc", {}), ("no tempering", dict(tempering=False)),
+                         ("no thermostats", dict(thermostats=False))):
+        target = three_modes_1d(n_chains, gradient_noise=5.0)
+        out = run_tacthmc(target, n_steps, burn_in, **SYNTHETIC, **extra)
+        x = out["pooled"][:, 0]
+        results[label] = dict(out, tv=total_variation_1d(x, target), weights=target.mode_weights(out["pooled"]),
+                              var=x[np.abs(x) < 2].var(), n=len(x))
+        print(label, {k: np.round(results[label][k], 3) for k in ("tv", "weights", "var", "n", "z_theta", "z_xi")})
+    return results
+
+
+@pytest.mark.parametrize("n_chains,n_steps", [(400, 12000), pytest.param(2000, 15000, marks=pytest.mark.slow)])
+def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
+    """Paper 000 Fig. 1(a): only TACT-HMC recovers the three modes with their weights; thermostats without
+    tempering stay trapped in the starting mode; tempering without thermostats spreads under the noise.
+    Fig. 1(b) II: the thermostats settle at their theoretical values. The slow variant collects about 1e5
+    samples and reports their ESS (the paper: 2.1e4 of 1e5)."""
+    res = _experiment_1d(n_chains, n_steps, burn_in=2000)
+    tact, trapped, hot = res["tact-hmc"], res["no tempering"], res["no thermostats"]
+    assert tact["tv"] < 0.1
+    np.testing.assert_allclose(tact["weights"], [0.3, 0.4, 0.3], atol=0.05)
+    assert abs(tact["var"] / 0.25 - 1) < 0.15  # the in-mode spread is the target's
+    assert trapped["tv"] > 0.2 and trapped["weights"][1] > 0.55  # most chains never leave the middle mode
+    assert hot["tv"] > 0.15 and hot["var"] > 2 * 0.25  # twice the target variance within the modes
+    # thermostats (Theorem 1): z_theta absorbs the unknown gradient noise (V = 25), z_xi sees no noise in U
+    eta, c = SYNTHETIC["step_size"], SYNTHETIC["noise"]
+    assert tact["z_theta"] == pytest.approx(_thermostat_reference(c, eta, 25.0), rel=0.1)
+    assert tact["z_xi"] == pytest.approx(SYNTHETIC["tempering_noise"], rel=0.1)
+    assert float(tact["sampler"].plateau_fraction(tact["state"]).mean()) == pytest.approx(0.2, abs=0.03)
+    ess = effective_sample_size(tact["draws"][..., 0])
+    n = tact["draws"].shape[0] * tact["draws"].shape[1]
+    print(f"TACT-HMC ESS {ess:.0f} of {n} samples ({ess / n:.2f})")
+    assert ess > 0.1 * n
+
+
+@pytest.mark.parametrize("make_target", [four_modes_2d, ring_2d], ids=["four-modes", "ring"])
+def test_paper_fig2_two_dimensional_mixtures(make_target):
+    """Paper 000 Fig. 2 (numeric form): TACT-HMC's mode weights match the target's; the chains start in one
+    mode and the gradient is noisy (sd 5)."""
+    target = make_target(400)
+    out = run_tacthmc(target, 12000, burn_in=2000, **SYNTHETIC)
+    w = target.mode_weights(out["pooled"])
+    print(target.name, "weights", np.round(w, 3), "target", target.weights, "n", len(out["pooled"]))
+    assert 0.5 * np.abs(w - target.weights).sum() < 0.1
+    # within-mode spread is the target's (sd 0.5 / 0.4 per coordinate)
+    nearest = ((out["pooled"][:, None] - target.means[None]) ** 2).sum(-1).argmin(1)
+    resid = out["pooled"] - target.means[nearest]
+    assert resid.std() == pytest.approx(target.sds[0], rel=0.15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make_target", [four_modes_2d, ring_2d], ids=["four-modes", "ring"])
+def test_paper_fig2_ablations_fail(make_target):
+    target = make_target(400)
+    trapped = run_tacthmc(target, 12000, burn_in=2000, **SYNTHETIC, tempering=False)
+    w = target.mode_weights(trapped["pooled"])
+    assert 0.5 * np.abs(w - target.weights).sum() > 0.3
+    target = make_target(400)
+    hot = run_tacthmc(target, 12000, burn_in=2000, **SYNTHETIC, thermostats=False)
+    nearest = ((hot["pooled"][:, None] - target.means[None]) ** 2).sum(-1).argmin(1)
+    assert (hot["pooled"] - target.means[nearest]).std() > 1.3 * target.sds[0]
