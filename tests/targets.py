@@ -19,6 +19,8 @@ from scipy.special import digamma, polygamma
 from bayesnet.diagnostics import effective_sample_size
 from bayesnet.posterior import FunctionPotential
 from bayesnet.samplers import make_sampler
+from bayesnet.synthetic import (  # noqa: F401  (re-exported for the tests)
+    Mixture, four_modes_2d, gaussian_mixture, ring_2d, run_tacthmc, three_modes_1d, total_variation_1d)
 
 
 @dataclass
@@ -161,102 +163,3 @@ def moment_errors(draws: np.ndarray, mean: np.ndarray, cov: np.ndarray):
             cov_err = max(cov_err, abs(S[i, j] - cov[i, j]) / (sd[i] * sd[j]))
             cov_tol = max(cov_tol, 4.0 * np.sqrt((1 + rho**2) / ess_ij))
     return dict(mean_err=mean_err, mean_tol=mean_tol, cov_err=cov_err, cov_tol=cov_tol, ess=ess_min)
-
-
-# --------------------------------------------------------------------------- #
-# Multimodal targets of paper 000 Sec. 5.1 (TACT-HMC), one potential value per chain
-# --------------------------------------------------------------------------- #
-@dataclass
-class Mixture:
-    """Isotropic Gaussian mixture; ``potential`` returns one value per chain (shape (C,))."""
-
-    name: str
-    potential: object
-    means: np.ndarray  # (K, d)
-    sds: np.ndarray  # (K,)
-    weights: np.ndarray  # (K,)
-
-    def mode_weights(self, x: np.ndarray) -> np.ndarray:
-        """Fraction of the points ``x`` (n, d) nearest to each mode."""
-        d2 = ((x[:, None, :] - self.means[None]) ** 2).sum(-1)
-        return np.bincount(d2.argmin(1), minlength=len(self.weights)) / len(x)
-
-
-def gaussian_mixture(name: str, means, sds, weights, n_chains: int, start, gradient_noise: float = 0.0,
-                     seed: int = 0) -> Mixture:
-    means_t = torch.tensor(np.asarray(means, dtype=float))
-    sds_t = torch.tensor(np.asarray(sds, dtype=float))
-    logw = torch.log(torch.tensor(np.asarray(weights, dtype=float)))
-    dim = means_t.shape[1]
-
-    def fn(params, batch):
-        x = params[0]  # (C, d)
-        z = ((x[:, None, :] - means_t[None]) / sds_t[None, :, None]) ** 2  # (C, K, d)
-        lp = logw - 0.5 * z.sum(-1) - dim * torch.log(sds_t)
-        return -torch.logsumexp(lp, dim=1)
-
-    x0 = torch.tensor(np.asarray(start, dtype=float)).expand(n_chains, dim).clone()
-    pot = FunctionPotential(fn, [x0], gradient_noise, torch.Generator().manual_seed(seed + 1))
-    return Mixture(name, pot, np.asarray(means, float), np.asarray(sds, float), np.asarray(weights, float))
-
-
-def three_modes_1d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
-    """Paper 000 Fig. 1 setting: three 1-D modes at -4, 0, 4 (sd 0.5, weights .3/.4/.3), chains start at 0.
-
-    The barriers are 8 nats high at unit temperature (0.9 at temperature 9)."""
-    return gaussian_mixture("three-modes-1d", [[-4.0], [0.0], [4.0]], [0.5] * 3, [0.3, 0.4, 0.3], n_chains,
-                            [0.0], gradient_noise)
-
-
-def four_modes_2d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
-    """Paper 000 Fig. 2 (first kind): modes at (+-2.5, +-2.5), sd 0.5, unequal weights; start in the lightest.
-
-    Neighbouring modes are 12.5 nats apart at unit temperature (1.4 at temperature 9)."""
-    means = [[-2.5, -2.5], [2.5, -2.5], [-2.5, 2.5], [2.5, 2.5]]
-    return gaussian_mixture("four-modes-2d", means, [0.5] * 4, [0.1, 0.2, 0.3, 0.4], n_chains, means[0],
-                            gradient_noise)
-
-
-def ring_2d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
-    """Paper 000 Fig. 2 (second kind): eight equal modes on a circle of radius 4, sd 0.4; start in one."""
-    angles = np.arange(8) * np.pi / 4
-    means = np.stack([4 * np.cos(angles), 4 * np.sin(angles)], 1)
-    return gaussian_mixture("ring-2d", means, [0.4] * 8, [1 / 8] * 8, n_chains, means[0], gradient_noise)
-
-
-def run_tacthmc(target, n_steps: int, burn_in: int, seed: int = 0, **hyper):
-    """Run packed TACT-HMC chains; return (samples (chain, draw, d) truncated to the shortest chain,
-    all samples pooled (n, d), the sampler, its final state, and per-step mean thermostats)."""
-    sampler = make_sampler("tacthmc", **hyper)
-    gen = torch.Generator().manual_seed(seed)
-    pot = target.potential
-    n_chains = pot.parameters[0].shape[0]
-    state = sampler.init(pot.parameters, gen, n_chains=n_chains)
-    per_chain = [[] for _ in range(n_chains)]
-    z_theta, z_xi, on_plateau = [], [], []
-    for k in range(1, n_steps + 1):
-        state, info = sampler.step(state, pot, None, gen)
-        if k <= burn_in:
-            continue
-        plateau = info.extra["on_plateau"].bool()
-        z_theta.append(float(info.extra["thermostat"][plateau].mean()) if plateau.any() else np.nan)
-        z_xi.append(float(info.extra["tempering_thermostat"].mean()))
-        if bool(info.is_draw.any()):
-            x = pot.parameters[0].detach().numpy()
-            for c in np.flatnonzero(info.is_draw.numpy()):
-                per_chain[c].append(x[c].copy())
-    n_min = min(len(c) for c in per_chain)
-    draws = np.stack([np.stack(c[:n_min]) for c in per_chain]) if n_min else np.empty((n_chains, 0, 1))
-    pooled = np.concatenate([np.stack(c) for c in per_chain if c])
-    return dict(draws=draws, pooled=pooled, sampler=sampler, state=state,
-                z_theta=np.nanmean(z_theta), z_xi=np.mean(z_xi))
-
-
-def total_variation_1d(x: np.ndarray, target: Mixture, lo: float = -7.0, hi: float = 7.0, bins: int = 140) -> float:
-    """Total variation distance between the histogram of ``x`` (n,) and the mixture on ``bins`` equal bins."""
-    from scipy.stats import norm
-
-    edges = np.linspace(lo, hi, bins + 1)
-    hist = np.histogram(x, edges)[0] / len(x)
-    cdf = (target.weights * norm.cdf((edges[:, None] - target.means[:, 0]) / target.sds)).sum(1)
-    return 0.5 * np.abs(hist - np.diff(cdf)).sum() + 0.5 * (cdf[0] + 1 - cdf[-1])

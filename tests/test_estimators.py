@@ -2,6 +2,7 @@
 
 import io
 import pickle
+import warnings
 
 import joblib
 import numpy as np
@@ -276,3 +277,43 @@ def test_set_params_on_a_fitted_estimator_and_partial_fit_classes(cancer):
     fresh.partial_fit(Xtr, ytr, classes=[0, 1, 2])
     assert list(fresh.classes_) == [0, 1, 2]
     fresh.partial_fit(Xtr[:10], np.full(10, 2))  # a class first seen later
+
+
+def test_tacthmc_in_the_estimator_collects_only_at_unit_temperature(cancer):
+    """tacthmc on a network: draws are taken every K steps at unit temperature only, and its per-step
+    diagnostics reach the history, ``diagnostics_`` and the bias profile. A narrow well (wall 0.6: highest
+    temperature 1.06) lets a fast tempering variable leave and re-enter the plateau within this short run."""
+    Xtr, Xte, ytr, yte = cancer
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(16,), n_draws=10, burn_in=300, batch_size=64, random_state=0,
+                                sampler="tacthmc", sampler__wall=0.6, sampler__steps_per_sample=25,
+                                sampler__tempering_step_size=1e-5)
+    clf.fit(Xtr, ytr)
+    assert len(clf.trace_) == 10
+    assert np.all(clf.trace_.steps % 25 == 0)
+    flat = np.array([b["on_plateau"] for epoch in clf.history for b in epoch["batches"]])
+    assert np.all(flat[clf.trace_.steps - 1] == 1.0)  # each draw's step ran at unit temperature
+    assert clf.score(Xte, yte) > 0.9
+    d = clf.diagnostics_
+    assert 0 < d["plateau_fraction"] < 1 and 1.0 <= d["effective_temperature"] <= clf.sampler_.max_temperature
+    assert {"thermostat", "tempering_thermostat"} <= set(d)
+    centres, bias, visits = clf.sampler_.bias_profile(clf.sampler_state_)
+    assert bias.shape == visits.shape == centres.shape and visits.sum() == clf.sampler_state_.step
+
+
+def test_tacthmc_short_of_draws_continues_then_warns(cancer):
+    """With the paper's well (temperatures up to 9) and a tempering step size too large for a 530-weight
+    network (6e-6, 300 times "auto"), the tempering variable stays hot and spends far less than Appendix A's
+    20 % on the plateau: the fit continues for up to twice the planned epochs, then warns with the measured
+    plateau fraction."""
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(16,), n_draws=10, burn_in=300, batch_size=64, random_state=0,
+                                sampler="tacthmc", sampler__steps_per_sample=25, sampler__tempering_step_size=6e-6)
+    planned = 300 + 10 * 25 / 0.2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(Xtr, ytr)
+    if len(clf.trace_) < 10:
+        assert any("at unit temperature" in str(w.message) for w in caught)
+        assert clf.sampler_state_.step >= 2.5 * planned
+    else:
+        assert clf.sampler_state_.step >= planned

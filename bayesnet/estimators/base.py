@@ -267,7 +267,7 @@ class BayesianNeuralNet(NeuralNet):
         if training:
             kwargs = self.get_params_for("iterator_train")
             kwargs.setdefault("shuffle", True)
-            if self.iterator_train is TensorBatchIterator:
+            if isinstance(self.iterator_train, type) and issubclass(self.iterator_train, TensorBatchIterator):
                 kwargs.setdefault("generator", self.data_generator_)
             iterator = self.iterator_train
         else:
@@ -403,12 +403,32 @@ class BayesianNeuralNet(NeuralNet):
         self.n_steps_planned_ = epochs * self._batches_per_epoch(len(X))
         try:
             super().partial_fit(X, y, epochs=epochs)
+            self._collect_missing_draws(X, y, epochs)
         finally:
             for _, cb in self.callbacks_:
                 if isinstance(cb, SamplingProgressBar):
                     cb.close()
             self.diagnostics_ = self._summarise_diagnostics()
         return self
+
+    def _collect_missing_draws(self, X, y, epochs: int) -> None:
+        """For samplers that collect only some steps (tacthmc: at unit temperature), the planned run can
+        end short of ``n_draws``; keep sampling, up to twice the planned epochs more, then warn."""
+        if self.max_epochs is not None or self.sampler_.steps_per_draw() <= 1:
+            return
+        budget = 2 * epochs
+        while len(self.trace_) < self.n_draws and budget > 0:
+            more = min(budget, max(1, epochs // 4))
+            super().partial_fit(X, y, epochs=more)
+            budget -= more
+        if len(self.trace_) < self.n_draws:
+            frac = self.sampler_.plateau_fraction(self.sampler_state_)
+            warnings.warn(
+                f"{self.sampler_.name} collected {len(self.trace_)} of n_draws={self.n_draws} draws in "
+                f"{self.sampler_state_.step} steps: the tempering variable spent {float(frac.mean()):.1%} of the "
+                "steps at unit temperature (the ideal is sampler.expected_plateau_fraction). Run longer "
+                "(partial_fit continues the chain), or narrow the temperature range (sampler__wall) or "
+                "raise sampler__tempering_step_size so that it returns sooner.", UserWarning, stacklevel=3)
 
     def _summarise_diagnostics(self) -> dict:
         """Means of the per-step diagnostics after burn-in (all steps if the run was shorter)."""
@@ -453,7 +473,8 @@ class BayesianNeuralNet(NeuralNet):
         step_size = getattr(self.sampler_, "step_size", None)
         hint = f"sampler__step_size={step_size:g}" if step_size is not None else "the step size"
         if self.sampler_.name == "tacthmc":
-            hint += (f"; or sampler__tempering_step_size={self.sampler_.tempering_step_size:g}, whose kick on the "
+            hint += (f"; or sampler__tempering_step_size (now "
+                     f"{self.sampler_state_.extra['tempering_step_size']:g}), whose kick on the "
                      "tempering variable grows with the size of the potential")
         raise DivergenceError(
             f"the {self.sampler_.name} chain diverged at step {step}: the {what}. Reduce the step size "

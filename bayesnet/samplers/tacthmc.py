@@ -95,8 +95,23 @@ class TACTHMC(Sampler):
         :math:`\eta_\theta > 0`, in the units of :class:`SGNHT`'s. The paper's
         1.5e-3 (MLP) refers to its potential's scale; with the estimators'
         full-data potential (``N / |S|`` scaling) steps are smaller.
-    tempering_step_size : float, default=1.5e-3
-        :math:`\eta_\xi > 0` (paper: 1.5e-3 for the MLP).
+    tempering_step_size : float or "auto", default="auto"
+        :math:`\eta_\xi > 0` (paper: 1.5e-3 for the MLP). The samples are
+        exact only if :math:`\theta` stays near equilibrium at the current
+        temperature while :math:`\xi` moves (the biasing force is learnt
+        from those samples), and the potential of a ``D``-parameter model
+        changes by about :math:`D/2` per unit of temperature, so
+        :math:`\xi` must move more slowly the larger the model. "auto" is
+        ``1.5e-3 * min(1, 2 / D) ** 2`` with ``D`` the number of parameters
+        per chain, resolved by :meth:`init`: the paper's value for the 1-D
+        and 2-D targets of Sec. 5.1, 2e-8 for a 530-weight network (whose
+        tempering variable then visits temperatures up to about 2 and spends
+        30-50 % of the steps on the plateau in 1e5 steps). Measured on that
+        network: with 1e-7 it reaches the walls and comes back after ~9e4
+        steps; with 6e-6 it stays hot for 1e5 steps, as the force learnt on
+        the way out (from a still cool network) pushes it back; with the
+        paper's 1.5e-3 the Euler friction step of its thermostat goes
+        unstable within a few dozen steps.
     noise : float, default=0.05
         :math:`c_\theta \ge 0`, level of the injected noise on
         :math:`r_\theta`; also the initial value of :math:`z_\theta` (line 1).
@@ -201,11 +216,11 @@ class TACTHMC(Sampler):
 
     name = "tacthmc"
     default_thinning = 1  # samples are already K steps apart
-    _positive = ("step_size", "tempering_step_size", "thermal_inertia", "tempering_thermal_inertia", "plateau",
+    _positive = ("step_size", "thermal_inertia", "tempering_thermal_inertia", "plateau",
                  "coupling_width", "wall", "metadynamics_height", "temperature")
     _non_negative = ("noise", "tempering_noise")
 
-    def __init__(self, step_size: float = 1e-4, tempering_step_size: float = 1.5e-3, noise: float = 0.05,
+    def __init__(self, step_size: float = 1e-4, tempering_step_size: float | str = "auto", noise: float = 0.05,
                  tempering_noise: float = 0.05, thermal_inertia: float = 1.0, tempering_thermal_inertia: float = 1.0,
                  steps_per_sample: int = 50, plateau: float = 1.0 / 3.0, coupling_width: float = 1.0,
                  coupling_order: int = 3, wall: float = 5.0 / 3.0, biasing: str | None = "abf", n_bins: int = 50,
@@ -235,6 +250,10 @@ class TACTHMC(Sampler):
 
     def _validate(self) -> None:
         super()._validate()
+        eta_xi = self.tempering_step_size
+        if eta_xi != "auto" and (isinstance(eta_xi, bool) or not isinstance(eta_xi, (int, float))
+                                 or not math.isfinite(eta_xi) or eta_xi <= 0):
+            raise ValueError(f"{self.name}: tempering_step_size must be 'auto' or a number > 0, got {eta_xi!r}.")
         for key in ("steps_per_sample", "coupling_order", "n_bins"):
             val = getattr(self, key)
             if isinstance(val, bool) or not isinstance(val, Integral) or val < 1:
@@ -320,7 +339,9 @@ class TACTHMC(Sampler):
         opts = dict(dtype=first.dtype, device=first.device)
         T = self.temperature
         momentum = [m.mul_(math.sqrt(self.step_size * T)) for m in gaussian_like(position, generator)]
-        r_xi = torch.randn(shape, generator=generator, **opts) * math.sqrt(self.tempering_step_size * T)
+        dim = sum(p.numel() for p in position) // (n_chains or 1)
+        eta_xi = self.resolve_tempering_step_size(dim)
+        r_xi = torch.randn(shape, generator=generator, **opts) * math.sqrt(eta_xi * T)
         if not self.tempering:
             r_xi.zero_()
         extra = {
@@ -332,8 +353,15 @@ class TACTHMC(Sampler):
             "bin_visits": torch.zeros(shape + (self.n_bins,), **opts),
             "plateau_steps": torch.zeros(shape, **opts),
             "n_chains": n_chains,
+            "tempering_step_size": eta_xi,
         }
         return SamplerState(position=position, momentum=momentum, extra=extra)
+
+    def resolve_tempering_step_size(self, dim: int) -> float:
+        """:math:`\\eta_\\xi` for a model with ``dim`` parameters per chain (see ``tempering_step_size``)."""
+        if self.tempering_step_size == "auto":
+            return 1.5e-3 * min(1.0, 2.0 / max(int(dim), 1)) ** 2
+        return float(self.tempering_step_size)
 
     def _bin(self, xi: Tensor) -> Tensor:
         width = 2.0 * self.wall / self.n_bins
@@ -377,7 +405,7 @@ class TACTHMC(Sampler):
     ) -> tuple[SamplerState, StepInfo]:
         ex = state.extra
         T = self.temperature
-        eta, eta_xi = self.step_size, self.tempering_step_size
+        eta, eta_xi = self.step_size, ex["tempering_step_size"]
         r, theta = state.momentum, state.position
         xi, r_xi = ex["xi"], ex["xi_momentum"]
         batched = ex["n_chains"] is not None
@@ -454,7 +482,8 @@ class TACTHMC(Sampler):
             m.copy_(torch.where(_per_chain(chains, m), w * math.sqrt(self.step_size * T), m))
         r_xi = state.extra["xi_momentum"]
         new = torch.randn(r_xi.shape, generator=generator, dtype=r_xi.dtype, device=r_xi.device)
-        state.extra["xi_momentum"] = torch.where(chains, new * math.sqrt(self.tempering_step_size * T), r_xi)
+        eta_xi = state.extra["tempering_step_size"]
+        state.extra["xi_momentum"] = torch.where(chains, new * math.sqrt(eta_xi * T), r_xi)
 
     # ------------------------------------------------------------------ #
     def bias_profile(self, state: SamplerState) -> tuple[Tensor, Tensor, Tensor]:
