@@ -2,7 +2,7 @@
 
 What is measured
 ----------------
-For each sampler (SGLD, SGHMC, SGNHT, BAOAB, HMC) and one network, a 784-100-10 ReLU MLP trained
+For each sampler (SGLD, SGHMC, SGNHT, BAOAB, HMC, TACT-HMC) and one network, a 784-100-10 ReLU MLP trained
 with mini-batches of 128 rows of random data (4096 rows, 784 features in
 [0, 1), 10 classes, float32) on the CPU, the time of one step (wall clock by
 default) of:
@@ -126,7 +126,7 @@ FRICTION = 0.05  # SGHMC default
 NOISE = 0.05  # SGNHT default injected-noise level (and initial thermostat)
 TIME_STEP = 1e-3  # BAOAB / HMC time step (their step_size is a time, SGHMC's its square)
 LEAPFROG = 4  # HMC: mean trajectory length (randomised in [2, 6] as the kernel does; jitter 0, no adaptation)
-SAMPLERS = ("sgld", "sghmc", "sgnht", "baoab", "hmc")
+SAMPLERS = ("sgld", "sghmc", "sgnht", "baoab", "hmc", "tacthmc")
 SGD_LR = 0.01
 
 # time.perf_counter (wall) by default; --clock process switches to the process's CPU time
@@ -168,7 +168,7 @@ def sampler_params(name: str) -> dict:
     params = {"step_size": STEP_SIZE, "temperature": TEMPERATURE}
     if name == "sghmc":
         params["friction"] = FRICTION
-    elif name == "sgnht":
+    elif name in ("sgnht", "tacthmc"):
         params["noise"] = NOISE
     elif name == "baoab":
         params.update(step_size=TIME_STEP, friction=1.0)
@@ -231,6 +231,15 @@ class HandWrittenLoop:
             self.thermostat = NOISE
             self.grad = None
             self.noise_std = None  # set per scheme in run()
+        elif name == "tacthmc":  # as TACTHMC.init: theta momenta, then r_xi; every state variable float32 0-d
+            self.flat = torch.randn(self.n_params, generator=self.gen).mul_(math.sqrt(STEP_SIZE * TEMPERATURE))
+            self.momentum = [c.view_as(p) for c, p in zip(self.flat.split(self.sizes), self.params)]
+            self.eta_xi = 1.5e-3 * min(1.0, 2.0 / self.n_params) ** 2
+            self.r_xi = torch.randn((), generator=self.gen) * math.sqrt(self.eta_xi * TEMPERATURE)
+            self.xi = torch.zeros(())
+            self.thermostat, self.xi_thermostat = torch.tensor(NOISE), torch.tensor(NOISE)
+            self.abf, self.visits = torch.zeros(50), torch.zeros(50)
+            self.noise_std = None
         else:
             raise ValueError(f"no hand-written loop for sampler {name!r}")
 
@@ -312,6 +321,37 @@ class HandWrittenLoop:
                     with torch.no_grad():
                         for t, s0 in zip(params, start):
                             t.copy_(s0)
+        elif self.name == "tacthmc":  # Algorithm 1 with the paper's coupling (1/3, 1, 3), walls 5/3, 50 ABF bins
+            r, flat, n, eta, eta_xi = self.momentum, self.flat, self.n_params, STEP_SIZE, self.eta_xi
+            wall, width = 5.0 / 3.0, 2.0 * (5.0 / 3.0) / 50
+            for _ in range(n_steps):
+                X, y = next(batches)
+                xi, r_xi = self.xi, self.r_xi
+                sc = ((xi.abs() - 1.0 / 3.0) / (2.0 / 3.0)).clamp_min(0.0)
+                lam = 1.0 / (1.0 + sc**3)
+                dlam = torch.where(sc > 0, -torch.sign(xi) * 3 * sc**2 / ((2.0 / 3.0) * (1.0 + sc**3) ** 2),
+                                   torch.zeros_like(xi))
+                r2 = torch.dot(flat, flat)
+                self.xi_thermostat = self.xi_thermostat + dlam * dlam * (r_xi * r_xi - eta_xi * TEMPERATURE)
+                self.thermostat = self.thermostat + lam * lam * (r2 / n - eta * TEMPERATURE)
+                j = ((xi + wall) / width).floor().long().clamp_(0, 49)
+                delta_a = self.abf[j]
+                u, grads = self._value_grad(X, y)
+                with torch.no_grad():
+                    kick = torch.randn((), generator=self.gen)
+                    r_xi = (r_xi - dlam * (eta_xi * u + math.sqrt(2.0 * NOISE * eta_xi * TEMPERATURE) * kick)
+                            - dlam * dlam * self.xi_thermostat * r_xi + eta_xi * delta_a)
+                    decay = 1.0 - lam * lam * self.thermostat
+                    noise_std = lam * math.sqrt(2.0 * NOISE * eta * TEMPERATURE)
+                    for m, g, w in zip(r, grads, self._noise()):
+                        m.mul_(decay).add_(-eta * lam * g + noise_std * w)
+                    self.visits[j] += 1
+                    self.abf[j] += (dlam * u - self.abf[j]) / self.visits[j]
+                    moved = xi + r_xi
+                    outside = moved.abs() > wall
+                    self.r_xi = torch.where(outside, -r_xi, r_xi)
+                    self.xi = torch.where(outside, xi, moved)
+                    torch._foreach_add_(params, r)
         else:
             v, decay = self.momentum, self.decay
             for _ in range(n_steps):
@@ -481,7 +521,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=100, help="warm-up steps per loop (default 100)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS),
-                        help="samplers to time (default: all five)")
+                        help="samplers to time (default: all six)")
     parser.add_argument("--clock", choices=["wall", "process"], default="wall",
                         help="wall: time.perf_counter (default); process: time.process_time, the CPU time of "
                              "this process, which is robust to other processes on a busy machine when used "
