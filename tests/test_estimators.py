@@ -7,6 +7,7 @@ import warnings
 import joblib
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, make_regression
 from sklearn.exceptions import NotFittedError
@@ -167,7 +168,7 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'hmc', 'sghmc', 'sgld', 'sgnht'\]"),
+    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'hmc', 'sghmc', 'sgld', 'sgnht', 'tacthmc'\]"),
     (dict(sampler__step_size=-1.0), "step_size must be > 0"),
     (dict(sampler__step_size=0.0), "step_size must be > 0"),
     (dict(sampler="sgld", sampler__friction=0.1), "unknown hyperparameter"),
@@ -317,3 +318,17 @@ def test_tacthmc_short_of_draws_continues_then_warns(cancer):
         assert clf.sampler_state_.step >= 2.5 * planned
     else:
         assert clf.sampler_state_.step >= planned
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("sampler", ["sgld", "sghmc", "sgnht", "baoab", "hmc", "tacthmc"])
+def test_cuda_fit_predict_and_cpu_reload(cancer, sampler):
+    Xtr, Xte, ytr, yte = cancer
+    kwargs = dict(FAST, device="cuda", sampler=sampler)
+    if sampler == "tacthmc":
+        kwargs.update(thinning=1, sampler__wall=0.6, sampler__tempering_step_size=1e-5)
+    clf = BayesianMLPClassifier(**kwargs).fit(Xtr, ytr)
+    assert clf.sampler_state_.position[0].device.type == "cuda"
+    assert clf.score(Xte, yte) > 0.85
+    clone_ = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_allclose(clone_.predict_proba(Xte), clf.predict_proba(Xte), atol=1e-5)

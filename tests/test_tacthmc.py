@@ -258,7 +258,7 @@ def _experiment_1d(n_chains, n_steps, burn_in):
     return results
 
 
-@pytest.mark.parametrize("n_chains,n_steps", [(400, 12000), pytest.param(2000, 15000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n_chains,n_steps", [(400, 10000), pytest.param(2000, 15000, marks=pytest.mark.slow)])
 def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
     """Paper 000 Fig. 1(a): only TACT-HMC recovers the three modes with their weights; thermostats without
     tempering stay trapped in the starting mode; tempering without thermostats spreads under the noise.
@@ -287,7 +287,7 @@ def test_paper_fig2_two_dimensional_mixtures(make_target):
     """Paper 000 Fig. 2 (numeric form): TACT-HMC's mode weights match the target's; the chains start in one
     mode and the gradient is noisy (sd 5)."""
     target = make_target(400)
-    out = run_tacthmc(target, 12000, burn_in=2000, **SYNTHETIC)
+    out = run_tacthmc(target, 10000, burn_in=2000, **SYNTHETIC)
     w = target.mode_weights(out["pooled"])
     print(target.name, "weights", np.round(w, 3), "target", target.weights, "n", len(out["pooled"]))
     assert 0.5 * np.abs(w - target.weights).sum() < 0.1

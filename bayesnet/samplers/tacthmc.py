@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import gaussian_like
+from .integrators import gaussian_like, gaussian_momentum
 
 __all__ = ["TACTHMC", "coupling", "coupling_derivative"]
 
@@ -338,7 +338,7 @@ class TACTHMC(Sampler):
         shape = () if n_chains is None else (int(n_chains),)
         opts = dict(dtype=first.dtype, device=first.device)
         T = self.temperature
-        momentum = [m.mul_(math.sqrt(self.step_size * T)) for m in gaussian_like(position, generator)]
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * T), generator)
         dim = sum(p.numel() for p in position) // (n_chains or 1)
         eta_xi = self.resolve_tempering_step_size(dim)
         r_xi = torch.randn(shape, generator=generator, **opts) * math.sqrt(eta_xi * T)
@@ -354,6 +354,7 @@ class TACTHMC(Sampler):
             "plateau_steps": torch.zeros(shape, **opts),
             "n_chains": n_chains,
             "tempering_step_size": eta_xi,
+            "flat_momentum": flat,
         }
         return SamplerState(position=position, momentum=momentum, extra=extra)
 
@@ -419,8 +420,11 @@ class TACTHMC(Sampler):
         lam2, dlam2 = lam * lam, dlam * dlam
         # lines 5-6: thermostats (kinetic temperature per chain)
         dim = sum(p.numel() for p in r) // n_chains
-        r2 = sum(m.reshape(n_chains, -1).square().sum(1) for m in r)
-        r2 = r2 if batched else r2.reshape(())
+        if batched:
+            r2 = sum(m.reshape(n_chains, -1).square().sum(1) for m in r)
+        else:  # the momenta are views of one flat buffer
+            flat = ex["flat_momentum"]
+            r2 = torch.dot(flat, flat)
         if self.thermostats:
             ex["tempering_thermostat"] = ex["tempering_thermostat"] + dlam2 * (r_xi * r_xi - eta_xi * T) \
                 / self.tempering_thermal_inertia
@@ -457,14 +461,14 @@ class TACTHMC(Sampler):
         # line 16-18: collect at unit temperature every K steps
         on_plateau = lam == 1.0
         ex["plateau_steps"] = ex["plateau_steps"] + on_plateau.to(xi.dtype)
-        if state.step % self.steps_per_sample == 0:
+        if state.step % self.steps_per_sample == 0:  # the only steps that synchronise with the device
             is_draw = on_plateau.clone()
             if self.resample_momentum and bool(is_draw.any()):
                 self._resample(state, is_draw, generator)
+            if not batched:
+                is_draw = bool(is_draw)
         else:
-            is_draw = torch.zeros_like(on_plateau)
-        if not batched:
-            is_draw = bool(is_draw)
+            is_draw = torch.zeros_like(on_plateau) if batched else False
         info = StepInfo(
             potential=value,
             kinetic_energy=0.5 * r2 / eta,
