@@ -92,15 +92,35 @@ def total_variation_1d(x: np.ndarray, target: Mixture, lo: float = -7.0, hi: flo
 
 
 def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hyper) -> dict:
-    """Run packed TACT-HMC chains; return (samples (chain, draw, d) truncated to the shortest chain,
-    all samples pooled (n, d), the sampler, its final state, and per-step mean thermostats)."""
+    r"""Run packed TACT-HMC chains on ``target`` (every chain starts where the target says).
+
+    Parameters
+    ----------
+    target : Mixture
+        Its potential's parameters are ``(n_chains, d)``.
+    n_steps, burn_in : int
+        Steps in all, and steps before any sample or thermostat value is recorded.
+    seed : int, default=0
+        Seeds the sampler's generator.
+    **hyper
+        :class:`~bayesnet.samplers.TACTHMC` hyperparameters.
+
+    Returns
+    -------
+    dict with
+        ``draws`` (chain, draw, d): each chain's samples in order, truncated to the shortest chain (for ESS);
+        ``pooled`` (n, d): all samples; ``sampler`` and final ``state``;
+        ``z_theta``: mean of :math:`z_\theta` over the chains at unit temperature, averaged over steps;
+        ``z_xi``: mean of :math:`z_\xi`; ``thermostat_samples`` and ``tempering_thermostat_samples``: every
+        chain's :math:`z_\theta` and :math:`z_\xi` at every 10th step (Fig. 1b III's histograms).
+    """
     sampler = make_sampler("tacthmc", **hyper)
     gen = torch.Generator().manual_seed(seed)
     pot = target.potential
     n_chains = pot.parameters[0].shape[0]
     state = sampler.init(pot.parameters, gen, n_chains=n_chains)
     per_chain = [[] for _ in range(n_chains)]
-    z_theta, z_xi, on_plateau = [], [], []
+    z_theta, z_xi, thermostats = [], [], []
     for k in range(1, n_steps + 1):
         state, info = sampler.step(state, pot, None, gen)
         if k <= burn_in:
@@ -108,6 +128,9 @@ def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hy
         plateau = info.extra["on_plateau"].bool()
         z_theta.append(float(info.extra["thermostat"][plateau].mean()) if plateau.any() else np.nan)
         z_xi.append(float(info.extra["tempering_thermostat"].mean()))
+        if k % 10 == 0:
+            thermostats.append((state.extra["thermostat"].cpu().numpy().copy(),
+                                state.extra["tempering_thermostat"].cpu().numpy().copy()))
         if bool(info.is_draw.any()):
             x = pot.parameters[0].detach().numpy()
             for c in np.flatnonzero(info.is_draw.numpy()):
@@ -116,4 +139,7 @@ def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hy
     draws = np.stack([np.stack(c[:n_min]) for c in per_chain]) if n_min else np.empty((n_chains, 0, 1))
     pooled = np.concatenate([np.stack(c) for c in per_chain if c])
     return dict(draws=draws, pooled=pooled, sampler=sampler, state=state,
-                z_theta=np.nanmean(z_theta), z_xi=np.mean(z_xi))
+                z_theta=np.nanmean(z_theta), z_xi=np.mean(z_xi),
+                thermostat_samples=np.concatenate([t[0] for t in thermostats]) if thermostats else np.empty(0),
+                tempering_thermostat_samples=np.concatenate([t[1] for t in thermostats]) if thermostats else
+                np.empty(0))

@@ -262,7 +262,7 @@ def _experiment_1d(n_chains, n_steps, burn_in):
 def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
     """Paper 000 Fig. 1(a): only TACT-HMC recovers the three modes with their weights; thermostats without
     tempering stay trapped in the starting mode; tempering without thermostats spreads under the noise.
-    Fig. 1(b) II: the thermostats settle at their theoretical values. The slow variant collects about 1e5
+    Fig. 1(b) II-III: the thermostats settle at their theoretical values, with Theorem 1's spread. The slow variant collects about 1e5
     samples and reports their ESS (the paper: 2.1e4 of 1e5)."""
     res = _experiment_1d(n_chains, n_steps, burn_in=2000)
     tact, trapped, hot = res["tact-hmc"], res["no tempering"], res["no thermostats"]
@@ -275,6 +275,10 @@ def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
     eta, c = SYNTHETIC["step_size"], SYNTHETIC["noise"]
     assert tact["z_theta"] == pytest.approx(_thermostat_reference(c, eta, 25.0), rel=0.1)
     assert tact["z_xi"] == pytest.approx(SYNTHETIC["tempering_noise"], rel=0.1)
+    # Fig. 1b III: their spread is Theorem 1's, sd = sqrt(eta T / (gamma D)) with D = 1 (eq. 6, Sec. 3.3 variables)
+    assert tact["thermostat_samples"].std() == pytest.approx(math.sqrt(eta / SYNTHETIC["thermal_inertia"]), rel=0.1)
+    assert tact["tempering_thermostat_samples"].std() == pytest.approx(
+        math.sqrt(SYNTHETIC["tempering_step_size"] / SYNTHETIC["tempering_thermal_inertia"]), rel=0.1)
     assert float(tact["sampler"].plateau_fraction(tact["state"]).mean()) == pytest.approx(0.2, abs=0.03)
     ess = effective_sample_size(tact["draws"][..., 0])
     n = tact["draws"].shape[0] * tact["draws"].shape[1]
