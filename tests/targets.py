@@ -71,14 +71,15 @@ def ill_conditioned_gaussian(n_chains: int, dim: int = 10, condition: float = 10
     return Target(f"gaussian{dim}d-cond{condition:g}", FunctionPotential(fn, [start]), mean, cov)
 
 
-def bayesian_linear_regression(n_chains: int, n: int = 200, batch_size: int | None = None, seed: int = 0) -> Target:
+def bayesian_linear_regression(n_chains: int, n: int = 200, batch_size: int | None = None, seed: int = 0,
+                               per_chain: bool = False) -> Target:
     """Conjugate normal linear regression of paper 001 Sec. 4, in w = (beta, log sigma^2).
 
     Prior beta | sigma^2 ~ N(0, sigma^2 V), V = 100 I; sigma^2 ~ IG(phi=1, psi=1).
     The exact posterior is normal-inverse-gamma: beta is Student-t with mean
     mu_n and covariance b_n / (a_n - 1) V_n; log sigma^2 has mean
     log b_n - digamma(a_n) and variance trigamma(a_n). The beta-gamma
-    covariance is zero by symmetry.
+    covariance is zero by symmetry. ``per_chain=True`` returns one potential per chain (for tacthmc).
     """
     rng = np.random.default_rng(seed)
     d = 3
@@ -106,7 +107,8 @@ def bayesian_linear_regression(n_chains: int, n: int = 200, batch_size: int | No
         log_lik = -0.5 * (m * gamma + (resid**2).sum(1) * torch.exp(-gamma))
         log_prior_beta = -0.5 * (d * gamma + (beta**2).sum(1) / 100.0 * torch.exp(-gamma))
         log_prior_gamma = -phi * gamma - psi * torch.exp(-gamma)
-        return -((n / m) * log_lik + log_prior_beta + log_prior_gamma).sum()
+        u = -((n / m) * log_lik + log_prior_beta + log_prior_gamma)
+        return u if per_chain else u.sum()
 
     start = [torch.zeros(n_chains, d, dtype=torch.float64), torch.zeros(n_chains, dtype=torch.float64)]
     batches = None
