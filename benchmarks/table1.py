@@ -5,8 +5,10 @@ for 1000 epochs, permuting a fraction of the training labels at the start of
 every epoch, and compares TACT-HMC with SGHMC, SGNHT, Adam and momentum SGD,
 each tuned. Here the data are scikit-learn's 8x8 digits (1,797 images, shipped
 with scikit-learn), the epoch budget is ``--epochs`` (same for all methods),
-and each method's step size (learning rate) is tuned on a validation split
-at 0 % permutation from a small grid, then used for every permutation level.
+and each method's setting is tuned on a validation split at 0 % permutation
+from a small grid (samplers: the step size; optimisers: learning rate and
+weight decay, the decay playing the prior's part), then used for every
+permutation level.
 Sampler accuracies are those of the Monte Carlo averaged prediction over the
 retained draws; optimisers are evaluated at their final weights.
 
@@ -64,11 +66,12 @@ def fit_sampler(name, step_size, Xtr, ytr, epochs, fraction, seed):
     return clf
 
 
-def fit_optimiser(name, lr, Xtr, ytr, epochs, fraction, seed):
+def fit_optimiser(name, setting, Xtr, ytr, epochs, fraction, seed):
+    lr, weight_decay = setting
     torch.manual_seed(seed)
     net = MLP(Xtr.shape[1], (100,), int(ytr.max()) + 1, "relu")
-    opt = (torch.optim.Adam(net.parameters(), lr=lr) if name == "adam"
-           else torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9))
+    opt = (torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay) if name == "adam"
+           else torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay))
     X, y = torch.as_tensor(Xtr), torch.as_tensor(ytr)
     it = PermutedLabelIterator(torch.utils.data.TensorDataset(X, y), 128, shuffle=True,
                                generator=torch.Generator().manual_seed(seed), fraction=fraction)
@@ -89,8 +92,15 @@ def accuracy(model, X, y):
     return float(model.score(X, y))
 
 
+# samplers: step size; optimisers: (learning rate, weight decay), the decay standing in for the prior
 GRIDS = {"tacthmc": [3e-5, 1e-4, 3e-4], "sghmc": [3e-5, 1e-4, 3e-4], "sgnht": [3e-5, 1e-4, 3e-4],
-         "adam": [3e-4, 1e-3, 3e-3], "momentum SGD": [3e-3, 1e-2, 3e-2]}
+         "adam": [(lr, wd) for wd in (0.0, 1e-3, 1e-2) for lr in (3e-4, 1e-3, 3e-3)],
+         "momentum SGD": [(lr, wd) for wd in (0.0, 1e-3, 1e-2) for lr in (3e-3, 1e-2, 3e-2)]}
+
+
+def fmt(setting) -> str:
+    """A step size, or an optimiser's (learning rate, weight decay)."""
+    return "/".join(f"{v:g}" for v in setting) if isinstance(setting, tuple) else f"{setting:g}"
 
 
 def run(name, value, Xtr, ytr, epochs, fraction, seed):
@@ -124,9 +134,9 @@ def main():
             continue
         scores = [accuracy(run(name, v, Xfit, yfit, args.epochs, 0.0, args.seed), Xval, yval) for v in grid]
         best[name] = grid[int(np.nanargmax(scores))]
-        print(f"tuning {name:13s} " + "  ".join(f"{v:g}: {s:.3f}" for v, s in zip(grid, scores)), flush=True)
+        print(f"tuning {name:13s} " + "  ".join(f"{fmt(v)}: {s:.3f}" for v, s in zip(grid, scores)), flush=True)
     print(f"\nMLP ({Xtr.shape[1]}-100-10) on {args.dataset}, {args.epochs} epochs, batch 128; test accuracy (%)")
-    print(f"{'method':13s} {'step/lr':>8s} {'0%':>7s} {'20%':>7s} {'30%':>7s}   notes")
+    print(f"{'method':13s} {'setting':>14s} {'0%':>7s} {'20%':>7s} {'30%':>7s}   notes")
     for name in GRIDS:
         row, notes = [], ""
         t = time.perf_counter()
@@ -136,7 +146,7 @@ def main():
             if name == "tacthmc":
                 notes += f"[{len(model.trace_)} draws, plateau {model.diagnostics_['plateau_fraction']:.0%}] "
         notes += f"{time.perf_counter() - t:.0f}s"
-        print(f"{name:13s} {best[name]:8.0e} " + " ".join(f"{a:7.2f}" for a in row) + f"   {notes}", flush=True)
+        print(f"{name:13s} {fmt(best[name]):>14s} " + " ".join(f"{a:7.2f}" for a in row) + f"   {notes}", flush=True)
 
 
 if __name__ == "__main__":
