@@ -23,10 +23,10 @@ __all__ = ["main", "build_parser"]
 DEFAULTS = {
     # Settings validated on the bundled data (see docs/user_guide.md).
     "breast_cancer": dict(task="classification", hidden=(100,), prior_scale=0.5, step_size=1e-4, n_draws=200,
-                          burn_in=2000, thinning=10, batch_size=64),
-    "sunspots": dict(task="forecast", hidden=(20,), prior_scale=1.0, step_size=2e-4, n_draws=200, burn_in=3000, thinning=10,
+                          burn_in=2000, thinning="auto", batch_size=64),
+    "sunspots": dict(task="forecast", hidden=(20,), prior_scale=1.0, step_size=2e-4, n_draws=200, burn_in=3000, thinning="auto",
                      batch_size=32),
-    "csv": dict(hidden=(50,), prior_scale=1.0, step_size=1e-4, n_draws=200, burn_in=2000, thinning=10, batch_size=64),
+    "csv": dict(hidden=(50,), prior_scale=1.0, step_size=1e-4, n_draws=200, burn_in=2000, thinning="auto", batch_size=64),
 }
 
 
@@ -145,7 +145,7 @@ def _fit(args) -> int:
     elapsed = time.perf_counter() - t0
     est = model[-1]
     print(f"fitted in {elapsed:.1f} s: {est.n_draws_} posterior draws kept "
-          f"(burn-in {est.burn_in} steps, thinning {est.thinning})")
+          f"(burn-in {est.burn_in} steps, thinning {est._resolve_thinning()}, {est.sampler_state_.step} sampler steps)")
     level = args.level
     if task == "classification":
         from sklearn.metrics import accuracy_score, log_loss
