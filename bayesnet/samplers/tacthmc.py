@@ -104,12 +104,15 @@ class TACTHMC(Sampler):
         :math:`\xi` must move more slowly the larger the model. "auto" is
         ``1.5e-3 * min(1, 2 / D) ** 2`` with ``D`` the number of parameters
         per chain, resolved by :meth:`init`: the paper's value for the 1-D
-        and 2-D targets of Sec. 5.1, 2e-8 for a 530-weight network (whose
-        tempering variable then visits temperatures up to about 2 and spends
-        30-50 % of the steps on the plateau in 1e5 steps). Measured on that
-        network: with 1e-7 it reaches the walls and comes back after ~9e4
-        steps; with 6e-6 it stays hot for 1e5 steps, as the force learnt on
-        the way out (from a still cool network) pushes it back; with the
+        and 2-D targets of Sec. 5.1, 2.1e-8 for a 530-weight network. Measured
+        on that network (breast cancer, batch 64, 1e5 steps): with 2.1e-8
+        :math:`\xi` leaves the plateau after 8e3 steps, lingers at
+        temperatures 1.05-1.5 and is back after 8.5e4 steps (15 % of the steps
+        at unit temperature); with 1e-8 it goes back and forth several times
+        (about 30 %); with 1e-7 it reaches the walls and returns after 9e4
+        steps; with 6e-6 it stays hot for all 1e5 steps
+        (``benchmarks/tacthmc_tempering.py``), as the force learnt
+        on the way out (from a still cool network) pushes it back; with the
         paper's 1.5e-3 the Euler friction step of its thermostat goes
         unstable within a few dozen steps.
     noise : float, default=0.05
