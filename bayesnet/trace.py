@@ -36,6 +36,8 @@ class Trace:
         Number of draws currently held (<= n_draws).
     n_candidates : int
         Candidates seen after burn-in (before thinning).
+    n_kept : int
+        Draws stored so far, including those since overwritten.
     """
 
     def __init__(self, n_draws: int, burn_in: int = 0, thinning: int = 1):
@@ -50,6 +52,7 @@ class Trace:
         self._potentials = np.zeros(self.n_draws, dtype=np.float64)
         self.n_stored = 0
         self.n_candidates = 0
+        self.n_kept = 0
         self._next = 0  # ring position
 
     @property
@@ -84,6 +87,7 @@ class Trace:
         self._potentials[self._next] = float(potential)
         self._next = (self._next + 1) % self.n_draws
         self.n_stored = min(self.n_stored + 1, self.n_draws)
+        self.n_kept = getattr(self, "n_kept", 0) + 1
         return True
 
     def _order(self) -> np.ndarray:

@@ -317,7 +317,25 @@ def test_tacthmc_short_of_draws_continues_then_warns(cancer):
         assert any("at unit temperature" in str(w.message) for w in caught)
         assert clf.sampler_state_.step >= 2.5 * planned
     else:
-        assert clf.sampler_state_.step >= planned
+        assert np.all(clf.trace_.steps > 300)
+
+
+def test_tacthmc_stops_once_it_has_its_draws(cancer):
+    """The planned length assumes 20 % of the steps at unit temperature; a tempering variable that stays on
+    the plateau (tempering_step_size="auto" is 2.1e-8 for these 530 weights) fills the trace sooner,
+    and the fit ends there; a continued fit collects n_draws new draws."""
+    Xtr, Xte, ytr, yte = cancer
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(16,), n_draws=10, burn_in=300, batch_size=64, random_state=0,
+                                sampler="tacthmc", sampler__steps_per_sample=25)
+    clf.fit(Xtr, ytr)
+    planned = 300 + 10 * 25 / 0.2
+    assert len(clf.trace_) == 10 and clf.diagnostics_["plateau_fraction"] == 1.0
+    assert clf.sampler_state_.step == 300 + 10 * 25  # the first multiple of K after burn-in, then every K
+    assert clf.sampler_state_.step < planned
+    first = clf.trace_.steps.copy()
+    clf.partial_fit(Xtr, ytr)
+    assert clf.trace_.steps.min() > first.max() and clf.sampler_state_.step == 300 + 20 * 25
+    assert clf.score(Xte, yte) > 0.9
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -401,6 +401,10 @@ class BayesianNeuralNet(NeuralNet):
             self.posterior_.n_data = self.n_train_ = len(X)
         epochs = self._planned_epochs(len(X))
         self.n_steps_planned_ = epochs * self._batches_per_epoch(len(X))
+        # samplers that collect only some steps (tacthmc) stop once this call has stored n_draws draws:
+        # the planned length assumes the ideal fraction of collected steps, which may be exceeded
+        self._kept_at_start = getattr(self.trace_, "n_kept", 0)
+        self._stop_when_full = self.max_epochs is None and self.sampler_.steps_per_draw() > 1
         try:
             super().partial_fit(X, y, epochs=epochs)
             self._collect_missing_draws(X, y, epochs)
@@ -411,20 +415,24 @@ class BayesianNeuralNet(NeuralNet):
             self.diagnostics_ = self._summarise_diagnostics()
         return self
 
+    def _draws_this_call(self) -> int:
+        return getattr(self.trace_, "n_kept", 0) - getattr(self, "_kept_at_start", 0)
+
     def _collect_missing_draws(self, X, y, epochs: int) -> None:
         """For samplers that collect only some steps (tacthmc: at unit temperature), the planned run can
-        end short of ``n_draws``; keep sampling, up to twice the planned epochs more, then warn."""
+        end short of ``n_draws``; keep sampling, up to twice the planned epochs more, then warn. (It ends
+        early, in ``train_step``, once ``n_draws`` draws are stored.)"""
         if self.max_epochs is not None or self.sampler_.steps_per_draw() <= 1:
             return
         budget = 2 * epochs
-        while len(self.trace_) < self.n_draws and budget > 0:
+        while self._draws_this_call() < self.n_draws and budget > 0:
             more = min(budget, max(1, epochs // 4))
             super().partial_fit(X, y, epochs=more)
             budget -= more
-        if len(self.trace_) < self.n_draws:
+        if self._draws_this_call() < self.n_draws:
             frac = self.sampler_.plateau_fraction(self.sampler_state_)
             warnings.warn(
-                f"{self.sampler_.name} collected {len(self.trace_)} of n_draws={self.n_draws} draws in "
+                f"{self.sampler_.name} collected {self._draws_this_call()} of n_draws={self.n_draws} draws in "
                 f"{self.sampler_state_.step} steps: the tempering variable spent {float(frac.mean()):.1%} of the "
                 "steps at unit temperature (the ideal is sampler.expected_plateau_fraction). Run longer "
                 "(partial_fit continues the chain), or narrow the temperature range (sampler__wall) or "
@@ -467,6 +475,8 @@ class BayesianNeuralNet(NeuralNet):
         self.last_info_ = scalars
         for key, val in scalars.items():
             self.history.record_batch(key, val)
+        if getattr(self, "_stop_when_full", False) and self._draws_this_call() >= self.n_draws:
+            raise KeyboardInterrupt  # skorch's way to end training early; partial_fit catches it
         return {"loss": info.potential / self.n_train_, "y_pred": None}
 
     def _raise_divergence(self, step: int, what: str):

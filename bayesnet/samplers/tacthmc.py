@@ -297,7 +297,8 @@ class TACTHMC(Sampler):
                              f"gamma_theta, gamma_xi, K], got {len(spec)}: {spec}.")
         keys = ("step_size", "tempering_step_size", "noise", "tempering_noise", "thermal_inertia",
                 "tempering_thermal_inertia", "steps_per_sample")
-        spec[6] = int(spec[6])
+        if isinstance(spec[6], float) and spec[6].is_integer():
+            spec[6] = int(spec[6])
         return cls.from_params(**dict(zip(keys, spec)), **params)
 
     @property
@@ -409,6 +410,8 @@ class TACTHMC(Sampler):
     ) -> tuple[SamplerState, StepInfo]:
         ex = state.extra
         T = self.temperature
+        if self.tempering_step_size != "auto":  # a value set on a continuing chain takes effect
+            ex["tempering_step_size"] = float(self.tempering_step_size)
         eta, eta_xi = self.step_size, ex["tempering_step_size"]
         r, theta = state.momentum, state.position
         xi, r_xi = ex["xi"], ex["xi_momentum"]
