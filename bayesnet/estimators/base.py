@@ -132,6 +132,9 @@ class SamplingProgressBar(Callback):
         bar = getattr(self, "_bar", None)
         if bar is not None:
             bar.update(self._count)
+            if bar.n < bar.total:  # ended early (tacthmc with its draws collected, or interrupted)
+                bar.total = bar.n
+                bar.refresh()
             bar.close()
             self._bar = None
 
