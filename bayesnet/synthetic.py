@@ -82,13 +82,14 @@ def ring_2d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
 
 
 def total_variation_1d(x: np.ndarray, target: Mixture, lo: float = -7.0, hi: float = 7.0, bins: int = 140) -> float:
-    """Total variation distance between the histogram of ``x`` (n,) and the mixture on ``bins`` equal bins."""
+    """Total variation distance between the histogram of ``x`` (n,) and the mixture, on ``bins`` equal bins
+    over ``[lo, hi]`` plus the two tails beyond."""
     from scipy.stats import norm
 
-    edges = np.linspace(lo, hi, bins + 1)
+    edges = np.concatenate([[-np.inf], np.linspace(lo, hi, bins + 1), [np.inf]])  # plus the two tails
     hist = np.histogram(x, edges)[0] / len(x)
     cdf = (target.weights * norm.cdf((edges[:, None] - target.means[:, 0]) / target.sds)).sum(1)
-    return 0.5 * np.abs(hist - np.diff(cdf)).sum() + 0.5 * (cdf[0] + 1 - cdf[-1])
+    return 0.5 * np.abs(hist - np.diff(cdf)).sum()
 
 
 def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hyper) -> dict:
@@ -135,9 +136,11 @@ def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hy
             x = pot.parameters[0].detach().numpy()
             for c in np.flatnonzero(info.is_draw.numpy()):
                 per_chain[c].append(x[c].copy())
+    dim = pot.parameters[0].shape[1]
     n_min = min(len(c) for c in per_chain)
-    draws = np.stack([np.stack(c[:n_min]) for c in per_chain]) if n_min else np.empty((n_chains, 0, 1))
-    pooled = np.concatenate([np.stack(c) for c in per_chain if c])
+    draws = np.stack([np.stack(c[:n_min]) for c in per_chain]) if n_min else np.empty((n_chains, 0, dim))
+    kept = [np.stack(c) for c in per_chain if c]
+    pooled = np.concatenate(kept) if kept else np.empty((0, dim))
     return dict(draws=draws, pooled=pooled, sampler=sampler, state=state,
                 z_theta=np.nanmean(z_theta), z_xi=np.mean(z_xi),
                 thermostat_samples=np.concatenate([t[0] for t in thermostats]) if thermostats else np.empty(0),

@@ -408,6 +408,8 @@ class BayesianNeuralNet(NeuralNet):
         # the planned length assumes the ideal fraction of collected steps, which may be exceeded
         self._kept_at_start = getattr(self.trace_, "n_kept", 0)
         self._stop_when_full = self.max_epochs is None and self.sampler_.steps_per_draw() > 1
+        self._trace_full = False
+        self._steps_at_call = self.sampler_state_.step
         try:
             super().partial_fit(X, y, epochs=epochs)
             self._collect_missing_draws(X, y, epochs)
@@ -429,17 +431,28 @@ class BayesianNeuralNet(NeuralNet):
             return
         budget = 2 * epochs
         while self._draws_this_call() < self.n_draws and budget > 0:
+            if self._interrupted():
+                return  # a user's Ctrl-C (or a callback's stop), which skorch swallows: do not resume
             more = min(budget, max(1, epochs // 4))
+            self._steps_at_call = self.sampler_state_.step
+            self.n_steps_planned_ = more * self._batches_per_epoch(len(X))
             super().partial_fit(X, y, epochs=more)
             budget -= more
-        if self._draws_this_call() < self.n_draws:
+        if self._draws_this_call() < self.n_draws and not self._interrupted():
             frac = self.sampler_.plateau_fraction(self.sampler_state_)
+            unfitted = " No draw was kept, so the estimator is not fitted." if len(self.trace_) == 0 else ""
             warnings.warn(
                 f"{self.sampler_.name} collected {self._draws_this_call()} of n_draws={self.n_draws} draws in "
                 f"{self.sampler_state_.step} steps: the tempering variable spent {float(frac.mean()):.1%} of the "
-                "steps at unit temperature (the ideal is sampler.expected_plateau_fraction). Run longer "
-                "(partial_fit continues the chain), or narrow the temperature range (sampler__wall) or "
-                "raise sampler__tempering_step_size so that it returns sooner.", UserWarning, stacklevel=3)
+                f"steps at unit temperature (the ideal is {self.sampler_.expected_plateau_fraction:.0%}).{unfitted} "
+                "Run longer (partial_fit continues the chain), narrow the temperature range (sampler__wall), or "
+                "lower sampler__tempering_step_size: a tempering variable that moves faster than the network "
+                "can follow gets stuck at high temperature.", UserWarning, stacklevel=3)
+
+    def _interrupted(self) -> bool:
+        """Whether the last skorch call ended before its planned steps without the trace being full."""
+        taken = self.sampler_state_.step - getattr(self, "_steps_at_call", self.sampler_state_.step)
+        return not getattr(self, "_trace_full", False) and taken < self.n_steps_planned_
 
     def _summarise_diagnostics(self) -> dict:
         """Means of the per-step diagnostics after burn-in (all steps if the run was shorter)."""
@@ -479,6 +492,7 @@ class BayesianNeuralNet(NeuralNet):
         for key, val in scalars.items():
             self.history.record_batch(key, val)
         if getattr(self, "_stop_when_full", False) and self._draws_this_call() >= self.n_draws:
+            self._trace_full = True
             raise KeyboardInterrupt  # skorch's way to end training early; partial_fit catches it
         return {"loss": info.potential / self.n_train_, "y_pred": None}
 
