@@ -345,7 +345,8 @@ def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
     assert ess > 0.1 * n
 
 
-@pytest.mark.parametrize("make_target", [four_modes_2d, ring_2d], ids=["four-modes", "ring"])
+@pytest.mark.parametrize("make_target", [four_modes_2d, pytest.param(ring_2d, marks=pytest.mark.slow)],
+                         ids=["four-modes", "ring"])
 def test_paper_fig2_two_dimensional_mixtures(make_target):
     """Paper 000 Fig. 2 (numeric form): TACT-HMC's mode weights match the target's; the chains start in one
     mode and the gradient is noisy (sd 5)."""
