@@ -368,3 +368,14 @@ def test_cuda_fit_predict_and_cpu_reload(cancer, sampler):
     assert clf.score(Xte, yte) > 0.85
     clone_ = pickle.loads(pickle.dumps(clf))
     np.testing.assert_allclose(clone_.predict_proba(Xte), clf.predict_proba(Xte), atol=1e-5)
+
+
+def test_tacthmc_divergence_names_the_tempering_step(cancer):
+    """With the paper's tempering step size (1.5e-3) on a 530-weight network's full-data potential, the
+    tempering variable's thermostat overshoots (its Euler friction step) and the chain diverges; the error
+    names both step sizes."""
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(16,), n_draws=10, burn_in=300, batch_size=64, random_state=0,
+                                sampler="tacthmc", sampler__tempering_step_size=1.5e-3)
+    with pytest.raises(DivergenceError, match=r"sampler__step_size=0.0001; or sampler__tempering_step_size \(now"):
+        clf.fit(Xtr, ytr)

@@ -427,7 +427,7 @@ class BayesianNeuralNet(NeuralNet):
         """For samplers that collect only some steps (tacthmc: at unit temperature), the planned run can
         end short of ``n_draws``; keep sampling, up to twice the planned epochs more, then warn. (It ends
         early, in ``train_step``, once ``n_draws`` draws are stored.)"""
-        if self.max_epochs is not None or self.sampler_.steps_per_draw() <= 1:
+        if not self._stop_when_full:
             return
         budget = 2 * epochs
         while self._draws_this_call() < self.n_draws and budget > 0:
@@ -497,12 +497,7 @@ class BayesianNeuralNet(NeuralNet):
         return {"loss": info.potential / self.n_train_, "y_pred": None}
 
     def _raise_divergence(self, step: int, what: str):
-        step_size = getattr(self.sampler_, "step_size", None)
-        hint = f"sampler__step_size={step_size:g}" if step_size is not None else "the step size"
-        if self.sampler_.name == "tacthmc":
-            hint += (f"; or sampler__tempering_step_size (now "
-                     f"{self.sampler_state_.extra['tempering_step_size']:g}), whose kick on the "
-                     "tempering variable grows with the size of the potential")
+        hint = self.sampler_.divergence_hint(self.sampler_state_)
         raise DivergenceError(
             f"the {self.sampler_.name} chain diverged at step {step}: the {what}. Reduce the step size "
             f"(now {hint}), e.g. by a factor of 10, or standardise the inputs. The {len(self.trace_)} draws "

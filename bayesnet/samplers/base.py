@@ -189,6 +189,11 @@ class Sampler:
         collects only some of its steps, as TACT-HMC does. The estimators plan their run length with it."""
         return 1.0
 
+    def divergence_hint(self, state: SamplerState) -> str:
+        """The settings to name when this chain diverges (the estimators put it in ``DivergenceError``)."""
+        step_size = getattr(self, "step_size", None)
+        return f"sampler__step_size={step_size:g}" if step_size is not None else "the step size"
+
     def get_params(self) -> dict[str, Any]:
         """Current hyperparameters."""
         return {k: getattr(self, k) for k in self.hyperparameter_names()}

@@ -498,6 +498,11 @@ class TACTHMC(Sampler):
         eta_xi = state.extra["tempering_step_size"]
         state.extra["xi_momentum"] = torch.where(chains, new * math.sqrt(eta_xi * T), r_xi)
 
+    def divergence_hint(self, state: SamplerState) -> str:
+        return (f"{super().divergence_hint(state)}; or sampler__tempering_step_size (now "
+                f"{state.extra['tempering_step_size']:g}), whose kick on the tempering variable grows with the "
+                "size of the potential")
+
     # ------------------------------------------------------------------ #
     def bias_profile(self, state: SamplerState) -> tuple[Tensor, Tensor, Tensor]:
         """The biasing table over :math:`\\xi`'s bins.
