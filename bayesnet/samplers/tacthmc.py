@@ -455,11 +455,10 @@ class TACTHMC(Sampler):
         noise_std = lam * math.sqrt(2.0 * self.noise * eta * T)
         for m, g, w in zip(r, grad, noise):
             m.mul_(_per_chain(decay, m)).add_(_per_chain(-eta * lam, m) * g + _per_chain(noise_std, m) * w)
-        # line 11
         if self.tempering:
+            # line 11
             self._update_bias(state, j, dlam * value)
-        # lines 12-14: move xi inside the infinite well; on leaving it, reverse the velocity and undo the move
-        if self.tempering:
+            # lines 12-14: move xi inside the infinite well; on leaving it, reverse the velocity and undo the move
             moved = xi + r_xi
             outside = moved.abs() > self.wall
             ex["xi_momentum"] = torch.where(outside, -r_xi, r_xi)
@@ -469,7 +468,8 @@ class TACTHMC(Sampler):
         state.step += 1
         # line 16-18: collect at unit temperature every K steps
         on_plateau = lam == 1.0
-        ex["plateau_steps"] = ex["plateau_steps"] + on_plateau.to(xi.dtype)
+        plateau_flag = on_plateau.to(xi.dtype)
+        ex["plateau_steps"] = ex["plateau_steps"] + plateau_flag
         if state.step % self.steps_per_sample == 0:  # the only steps that synchronise with the device
             is_draw = on_plateau.clone()
             if self.resample_momentum and bool(is_draw.any()):
@@ -484,7 +484,7 @@ class TACTHMC(Sampler):
             kinetic_temperature=r2 / (eta * dim),
             is_draw=is_draw,
             extra={"xi": xi, "effective_temperature": T / lam, "thermostat": z_theta,
-                   "tempering_thermostat": z_xi, "on_plateau": on_plateau.to(xi.dtype)},
+                   "tempering_thermostat": z_xi, "on_plateau": plateau_flag},
         )
         return state, info
 
