@@ -92,24 +92,29 @@ def total_variation_1d(x: np.ndarray, target: Mixture, lo: float = -7.0, hi: flo
     return 0.5 * np.abs(hist - np.diff(cdf)).sum()
 
 
-def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hyper) -> dict:
+def run_tacthmc(target, n_steps: int, burn_in: int, seed: int = 0, batches=None, **hyper) -> dict:
     r"""Run packed TACT-HMC chains on ``target`` (every chain starts where the target says).
 
     Parameters
     ----------
-    target : Mixture
-        Its potential's parameters are ``(n_chains, d)``.
+    target : Mixture or any object with a ``potential``
+        Whose parameters all have the leading chain axis ``(n_chains, ...)`` and whose potential
+        returns one value per chain.
     n_steps, burn_in : int
         Steps in all, and steps before any sample or thermostat value is recorded.
     seed : int, default=0
         Seeds the sampler's generator.
+    batches : callable, optional
+        ``batches(step)`` gives the mini-batch passed to the potential at each (1-based) step; None passes
+        None (full data).
     **hyper
         :class:`~bayesnet.samplers.TACTHMC` hyperparameters.
 
     Returns
     -------
     dict with
-        ``draws`` (chain, draw, d): each chain's samples in order, truncated to the shortest chain (for ESS);
+        ``draws`` (chain, draw, d): each chain's samples in order, truncated to the shortest chain (for ESS),
+        with ``d`` the parameters flattened per chain; ``per_chain``: list of each chain's samples (n_c, d);
         ``pooled`` (n, d): all samples; ``sampler`` and final ``state``;
         ``z_theta``: mean of :math:`z_\theta` over the chains at unit temperature, averaged over steps;
         ``z_xi``: mean of :math:`z_\xi`; ``thermostat_samples`` and ``tempering_thermostat_samples``: every
@@ -123,7 +128,7 @@ def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hy
     per_chain = [[] for _ in range(n_chains)]
     z_theta, z_xi, thermostats = [], [], []
     for k in range(1, n_steps + 1):
-        state, info = sampler.step(state, pot, None, gen)
+        state, info = sampler.step(state, pot, None if batches is None else batches(k), gen)
         if k <= burn_in:
             continue
         plateau = info.extra["on_plateau"].bool()
@@ -133,15 +138,15 @@ def run_tacthmc(target: Mixture, n_steps: int, burn_in: int, seed: int = 0, **hy
             thermostats.append((state.extra["thermostat"].cpu().numpy().copy(),
                                 state.extra["tempering_thermostat"].cpu().numpy().copy()))
         if bool(info.is_draw.any()):
-            x = pot.parameters[0].detach().numpy()
+            x = torch.cat([p.detach().reshape(n_chains, -1) for p in pot.parameters], 1).numpy()
             for c in np.flatnonzero(info.is_draw.numpy()):
                 per_chain[c].append(x[c].copy())
-    dim = pot.parameters[0].shape[1]
+    dim = sum(p[0].numel() for p in pot.parameters)
     n_min = min(len(c) for c in per_chain)
     draws = np.stack([np.stack(c[:n_min]) for c in per_chain]) if n_min else np.empty((n_chains, 0, dim))
     kept = [np.stack(c) for c in per_chain if c]
     pooled = np.concatenate(kept) if kept else np.empty((0, dim))
-    return dict(draws=draws, pooled=pooled, sampler=sampler, state=state,
+    return dict(draws=draws, pooled=pooled, per_chain=per_chain, sampler=sampler, state=state,
                 z_theta=np.nanmean(z_theta), z_xi=np.mean(z_xi),
                 thermostat_samples=np.concatenate([t[0] for t in thermostats]) if thermostats else np.empty(0),
                 tempering_thermostat_samples=np.concatenate([t[1] for t in thermostats]) if thermostats else

@@ -32,15 +32,18 @@ class Target:
     batches: object = None  # callable(step) -> batch, or None for full batch
 
 
-def correlated_gaussian(n_chains: int, rho: float = 0.9, gradient_noise: float = 0.0, seed: int = 0) -> Target:
-    """2-D Gaussian, unit variances and correlation ``rho``, mean (1, -1)."""
+def correlated_gaussian(n_chains: int, rho: float = 0.9, gradient_noise: float = 0.0, seed: int = 0,
+                        per_chain: bool = False) -> Target:
+    """2-D Gaussian, unit variances and correlation ``rho``, mean (1, -1).
+
+    ``per_chain=True`` returns one potential per chain (for tacthmc)."""
     mean = torch.tensor([1.0, -1.0], dtype=torch.float64)
     cov = torch.tensor([[1.0, rho], [rho, 1.0]], dtype=torch.float64)
     prec = torch.linalg.inv(cov)
 
     def fn(params, batch):
         d = params[0] - mean
-        return 0.5 * torch.einsum("ci,ij,cj->", d, prec, d)
+        return 0.5 * torch.einsum("ci,ij,cj->c" if per_chain else "ci,ij,cj->", d, prec, d)
 
     start = torch.zeros(n_chains, 2, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed + 1)

@@ -238,26 +238,10 @@ def test_abf_lets_the_tempering_variable_wander():
 # --------------------------------------------------------------------------- #
 # it samples the right distribution
 # --------------------------------------------------------------------------- #
-def _per_chain_gaussian(n_chains, gradient_noise):
-    target = correlated_gaussian(n_chains, gradient_noise=gradient_noise)
-    fn = target.potential.fn
-    prec = torch.linalg.inv(torch.tensor(target.cov))
-    mean = torch.tensor(target.mean)
-
-    def per_chain(params, batch):
-        d = params[0] - mean
-        return 0.5 * torch.einsum("ci,ij,cj->c", d, prec, d)
-
-    assert fn is not None
-    target.potential = FunctionPotential(per_chain, target.potential.parameters, gradient_noise,
-                                         torch.Generator().manual_seed(9))
-    return target
-
-
 @pytest.mark.slow
 def test_moments_of_a_correlated_gaussian_with_noisy_gradients():
     """Unimodal check of the unit-temperature samples: the tempering excursions leave them exact."""
-    target = _per_chain_gaussian(512, gradient_noise=5.0)
+    target = correlated_gaussian(512, gradient_noise=5.0, per_chain=True)
     out = run_tacthmc(target, 12000, burn_in=2000, **{**SYNTHETIC, "step_size": 0.005, "steps_per_sample": 10})
     err = moment_errors(out["draws"], target.mean, target.cov)
     print("tacthmc gaussian2d", {k: round(float(v), 4) for k, v in err.items()})
@@ -272,22 +256,15 @@ def test_moments_of_the_conjugate_linear_regression(batch_size, step_size):
     """Paper 001 Sec. 4's exact posterior with real mini-batch noise in both U (which drives xi) and grad U.
     tempering_step_size="auto" (3.75e-4 for these 4 parameters)."""
     target = bayesian_linear_regression(512, batch_size=batch_size, per_chain=True)
-    sampler = make_sampler("tacthmc", step_size=step_size, steps_per_sample=10, thermal_inertia=0.01)
-    gen = torch.Generator().manual_seed(0)
-    state = sampler.init(target.potential.parameters, gen, n_chains=512)
-    per_chain = [[] for _ in range(512)]
-    for k in range(1, 12001):
-        state, info = sampler.step(state, target.potential, target.batches(k) if target.batches else None, gen)
-        if k > 4000 and bool(info.is_draw.any()):
-            x = torch.cat([p.detach().reshape(512, -1) for p in state.position], 1).numpy()
-            for c in np.flatnonzero(info.is_draw.numpy()):
-                per_chain[c].append(x[c].copy())
+    out = run_tacthmc(target, 12000, burn_in=4000, batches=target.batches, step_size=step_size,
+                      steps_per_sample=10, thermal_inertia=0.01)
+    sampler, state, per_chain = out["sampler"], out["state"], out["per_chain"]
     # moments from every sample at unit temperature (pooled over chains); tolerances from the ESS of the chains
     # truncated to the median length (the chains that collected more contribute equal shares there)
     lengths = np.array([len(c) for c in per_chain])
     n = int(np.median(lengths))
     err = moment_errors(np.stack([np.stack(c[:n]) for c in per_chain if len(c) >= n]), target.mean, target.cov)
-    pooled = np.concatenate([np.stack(c) for c in per_chain if c])
+    pooled = out["pooled"]
     sd = np.sqrt(np.diag(target.cov))
     err["mean_err"] = np.max(np.abs(pooled.mean(0) - target.mean) / sd)
     err["cov_err"] = np.max(np.abs(np.cov(pooled.T, bias=True) - target.cov) / np.outer(sd, sd))
