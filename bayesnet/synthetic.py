@@ -41,6 +41,38 @@ class Mixture:
 
 def gaussian_mixture(name: str, means, sds, weights, n_chains: int, start, gradient_noise: float = 0.0,
                      seed: int = 0) -> Mixture:
+    """An isotropic Gaussian mixture as a packed-chain potential (paper 000 Sec. 5.1's kind of target).
+
+    Parameters
+    ----------
+    name : str
+    means : array-like, shape (K, d)
+        Mode centres.
+    sds : array-like, shape (K,)
+        Standard deviation of each mode (the same in every coordinate).
+    weights : array-like, shape (K,)
+        Mode weights, summing to 1.
+    n_chains : int
+        Number of chains packed on the leading axis of the position, shape (n_chains, d).
+    start : array-like, shape (d,)
+        Where every chain starts.
+    gradient_noise : float, default=0.0
+        Standard deviation of the N(0, s^2) noise added to each gradient component, unknown to the sampler.
+    seed : int, default=0
+        Seeds the gradient noise.
+
+    Returns
+    -------
+    Mixture
+        Its ``potential`` returns ``-log density`` per chain, shape (n_chains,), float64.
+
+    Raises
+    ------
+    ValueError
+        If ``means``, ``sds`` and ``weights`` disagree on K or the weights do not sum to 1.
+    """
+    if not (len(means) == len(sds) == len(weights)) or not np.isclose(np.sum(weights), 1.0):
+        raise ValueError("means, sds and weights need the same number of modes, and the weights must sum to 1.")
     means_t = torch.tensor(np.asarray(means, dtype=float))
     sds_t = torch.tensor(np.asarray(sds, dtype=float))
     logw = torch.log(torch.tensor(np.asarray(weights, dtype=float)))
