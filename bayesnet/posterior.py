@@ -102,6 +102,11 @@ class FunctionPotential:
         self.gradient_noise = float(gradient_noise)
         self.generator = generator
 
+    def value(self, batch: Any = None) -> Tensor:
+        """``U`` (or one value per chain) without a graph."""
+        with torch.no_grad():
+            return self.fn(self.parameters, batch).detach()
+
     def value_and_grad(self, batch: Any = None) -> tuple[Tensor, list[Tensor]]:
         with torch.enable_grad():
             u = self.fn(self.parameters, batch)

@@ -37,13 +37,29 @@ class Potential(Protocol):
     ``parameters`` are the position tensors the sampler moves (leaf tensors,
     updated in place); ``value_and_grad(batch)`` returns the (mini-batch
     estimate of the) potential ``U(theta) = -log posterior`` as a 0-d tensor
-    and its gradient, one tensor per parameter. See
-    :class:`bayesnet.posterior.Posterior` for the network posterior.
+    and its gradient, one tensor per parameter; ``value(batch)`` returns the
+    potential alone, without building a graph (Metropolis tests on proposals).
+    See :class:`bayesnet.posterior.Posterior` for the network posterior.
+
+    The chain axis: when the position tensors carry a leading axis of ``S``
+    packed members (chains, tempering replicas or ensemble walkers; see
+    :meth:`Sampler.init`), both methods return one potential per member,
+    shape ``(S,)``, and the gradients are those of their sum, i.e. every
+    member's own gradient.
     """
 
     parameters: list[Tensor]
 
     def value_and_grad(self, batch: Any) -> tuple[Tensor, list[Tensor]]: ...
+
+    def value(self, batch: Any) -> Tensor: ...
+
+
+def per_chain_mean(value: Any) -> float:
+    """A diagnostic as one float: the mean over chains of a per-chain tensor (shape ``(S,)``), else the value."""
+    if isinstance(value, Tensor):
+        return float(value.float().mean()) if value.numel() != 1 else float(value.reshape(()))
+    return float(value)
 
 
 class DivergenceError(FloatingPointError):
@@ -100,7 +116,7 @@ class StepInfo:
     Attributes
     ----------
     potential : Tensor
-        0-d tensor, the (mini-batch) potential ``U`` evaluated during the step
+        0-d tensor, or ``(S,)`` with a chain axis: the (mini-batch) potential ``U`` evaluated during the step
         (SGHMC: at the position the step returns; SGLD: at the position it
         started from, where its gradient is taken).
     kinetic_energy : Tensor or None
@@ -108,11 +124,14 @@ class StepInfo:
         (sgnht: at the start of the step, the value its thermostat uses).
     kinetic_temperature : Tensor or None
         ``2 K / D``; its long-run average should equal ``temperature``.
-    is_draw : bool
+    is_draw : bool or Tensor
         Whether the new position counts as a sample (TACT-HMC collects only
-        at unit temperature; HMC counts each trajectory).
+        at unit temperature; HMC counts each trajectory; parallel tempering
+        only the replicas at temperature 1). With a chain axis a bool
+        tensor of shape ``(S,)``, one flag per packed member.
     extra : dict
-        Further scalars (acceptance, thermostat value, ...).
+        Further diagnostics (acceptance, thermostat value, ...): floats, or
+        ``(S,)`` tensors with a chain axis.
     """
 
     potential: Tensor
@@ -122,14 +141,15 @@ class StepInfo:
     extra: dict = field(default_factory=dict)
 
     def scalars(self) -> dict[str, float]:
-        """All diagnostics as Python floats (for skorch's history)."""
-        out = {"potential": float(self.potential)}
+        """All diagnostics as Python floats (for skorch's history); per-chain values are averaged over
+        the chain axis."""
+        out = {"potential": per_chain_mean(self.potential)}
         if self.kinetic_energy is not None:
-            out["kinetic_energy"] = float(self.kinetic_energy)
+            out["kinetic_energy"] = per_chain_mean(self.kinetic_energy)
         if self.kinetic_temperature is not None:
-            out["kinetic_temperature"] = float(self.kinetic_temperature)
+            out["kinetic_temperature"] = per_chain_mean(self.kinetic_temperature)
         for key, val in self.extra.items():
-            out[key] = float(val)
+            out[key] = per_chain_mean(val)
         return out
 
 
@@ -184,6 +204,11 @@ class Sampler:
             if key in self._non_negative and val < 0:
                 raise ValueError(f"{self.name}: {key} must be >= 0, got {val!r}.")
 
+    def members_per_chain(self) -> int:
+        """Position sets one chain packs on the leading axis: 1, or the tempering replicas (pt-langevin) or
+        ensemble walkers (eqn) that make up one chain. ``init(..., n_chains=C)`` expects ``C * members``."""
+        return 1
+
     def steps_per_draw(self) -> float:
         """Expected number of steps per candidate draw (``StepInfo.is_draw``); 1 unless the sampler
         collects only some of its steps, as TACT-HMC does. The estimators plan their run length with it."""
@@ -202,9 +227,42 @@ class Sampler:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
-        """Start a chain at ``position`` (the tensors are used, not copied)."""
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
+        """Start a chain at ``position`` (the tensors are used, not copied).
+
+        Parameters
+        ----------
+        position : sequence of Tensor
+            The parameters. With ``n_chains`` every tensor has a leading axis
+            of ``S = n_chains * members_per_chain()`` packed members, chain
+            major (member ``m`` of chain ``c`` at index ``c * members + m``).
+        generator : torch.Generator or None
+            Source of all randomness, on the position's device.
+        n_chains : int, optional
+            Number of independent chains on the leading axis; None for one
+            chain without a chain axis (samplers with several members per
+            chain then expect the leading axis of their members).
+
+        Raises
+        ------
+        ValueError
+            If a position tensor lacks the leading axis ``n_chains`` needs.
+        """
         raise NotImplementedError
+
+    def _check_chain_axis(self, position: Sequence[Tensor], n_chains: int | None) -> int | None:
+        """Validate the leading axis; return the number of packed members S (None without a chain axis)."""
+        members = self.members_per_chain()
+        if n_chains is None and members == 1:
+            return None
+        size = (1 if n_chains is None else int(n_chains)) * members
+        bad = [tuple(p.shape) for p in position if p.ndim == 0 or p.shape[0] != size]
+        if bad:
+            raise ValueError(
+                f"{self.name}: with n_chains={n_chains} and {members} member(s) per chain every position tensor "
+                f"needs a leading axis of {size}; got shapes {bad}.")
+        return size
 
     def step(
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
