@@ -13,7 +13,7 @@ from .integrators import (
     exact_ou_coefficients,
     gaussian_momentum,
     gradient_step,
-    numel,
+    chain_numel,
     ornstein_uhlenbeck_step,
     position_step,
     squared_norm,
@@ -93,10 +93,12 @@ class BAOAB(Sampler):
         if scheme not in _SCHEMES:
             raise ValueError(f"baoab: scheme must be one of {list(_SCHEMES)}, got {scheme!r}.")
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
         position = list(position)
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator)
-        return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat})
+        self._check_chain_axis(position, n_chains)
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator, n_chains)
+        return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat, "n_chains": n_chains})
 
     def step(
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
@@ -128,4 +130,4 @@ class BAOAB(Sampler):
         state.step += 1
         kinetic = 0.5 * squared_norm(p, state.extra.get("flat_momentum"))
         return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
-                               kinetic_temperature=2.0 * kinetic / numel(p))
+                               kinetic_temperature=2.0 * kinetic / chain_numel(p, state.extra.get("n_chains")))

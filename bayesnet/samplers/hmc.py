@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import gaussian_momentum, gradient_step, numel, position_step, squared_norm
+from .integrators import chain_numel, gaussian_momentum, gradient_step, position_step, squared_norm
 
 __all__ = ["HMC"]
 
@@ -68,7 +68,9 @@ class HMC(Sampler):
     ``StepInfo.extra`` holds ``accept_prob``, ``accepted`` (0/1),
     ``step_size`` (the base step size of this transition), ``n_leapfrog`` and
     ``divergent`` (1 when the proposal's energy was not finite; it is then
-    rejected). Each transition evaluates :math:`L + 1` gradients: the one at
+    rejected), per chain with ``init(..., n_chains=C)``: the chains share the
+    trajectory length and step size but each has its own Metropolis test (the
+    adaptation tunes the shared step size on their mean acceptance). Each transition evaluates :math:`L + 1` gradients: the one at
     the start is recomputed on the current batch so that the energies in the
     test refer to the same batch.
 
@@ -79,6 +81,7 @@ class HMC(Sampler):
     """
 
     name = "hmc"
+    exact_potential = True
     _positive = ("step_size", "temperature")
     _non_negative = ("jitter",)
 
@@ -100,13 +103,18 @@ class HMC(Sampler):
         if isinstance(adaptation_steps, bool) or not isinstance(adaptation_steps, Integral) or adaptation_steps < 0:
             raise ValueError(f"hmc: adaptation_steps must be an integer >= 0, got {adaptation_steps!r}.")
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
         position = list(position)
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator)
+        self._check_chain_axis(position, n_chains)
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator, n_chains)
         log_h = math.log(self.step_size)
+        first = position[0]
+        shape = () if n_chains is None else (n_chains,)
         return SamplerState(position=position, momentum=momentum, extra={
             "flat_momentum": flat, "log_step": log_h, "log_step_bar": log_h, "h_bar": 0.0,
-            "mu": math.log(10 * self.step_size), "accepted_total": 0, "transitions": 0})
+            "mu": math.log(10 * self.step_size), "n_chains": n_chains,
+            "accepted_total": torch.zeros(shape, dtype=first.dtype, device=first.device), "transitions": 0})
 
     def _uniform(self, generator, device) -> float:
         return float(torch.rand((), generator=generator, device=device))
@@ -115,49 +123,49 @@ class HMC(Sampler):
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
     ) -> tuple[SamplerState, StepInfo]:
         theta, p, ex = state.position, state.momentum, state.extra
+        flat = ex["flat_momentum"]
         device = theta[0].device
         adapting = state.step < self.adaptation_steps
         base = math.exp(ex["log_step"] if adapting else ex["log_step_bar"])
         h = base * (1.0 + self.jitter * (2.0 * self._uniform(generator, device) - 1.0))
         lo, hi = math.ceil(self.n_leapfrog / 2), self.n_leapfrog + self.n_leapfrog // 2
         n_steps = int(torch.randint(lo, hi + 1, (), generator=generator, device=device)) if hi > lo else lo
-
         # momentum refresh: p ~ N(0, T I), in the flat buffer the views share
-        fresh = torch.randn(ex["flat_momentum"].shape, generator=generator, device=device,
-                            dtype=ex["flat_momentum"].dtype)
-        ex["flat_momentum"].copy_(fresh).mul_(math.sqrt(self.temperature))
+        fresh = torch.randn(flat.shape, generator=generator, device=device, dtype=flat.dtype)
+        flat.copy_(fresh).mul_(math.sqrt(self.temperature))
         u0, grad = potential.value_and_grad(batch)
         start = [t.detach().clone() for t in theta]
-        start_momentum = ex["flat_momentum"].clone()
-        h0 = float(u0) + 0.5 * float(squared_norm(p, ex["flat_momentum"]))
-
+        start_momentum = flat.clone()
+        h0 = u0 + 0.5 * squared_norm(p, flat)  # one energy per chain with a chain axis
         u1 = u0
         for _ in range(n_steps):
             gradient_step(p, grad, h / 2)
             position_step(theta, p, h)
             u1, grad = potential.value_and_grad(batch)
             gradient_step(p, grad, h / 2)
-        h1 = float(u1) + 0.5 * float(squared_norm(p, ex["flat_momentum"]))
-        log_ratio = -(h1 - h0) / self.temperature
-        divergent = not math.isfinite(log_ratio)
-        accept_prob = 0.0 if divergent else min(1.0, math.exp(min(log_ratio, 0.0)))
-        accepted = (not divergent) and self._uniform(generator, device) < accept_prob
-        if not accepted:
-            with torch.no_grad():
-                for t, s in zip(theta, start):
-                    t.copy_(s)
-                ex["flat_momentum"].copy_(start_momentum)  # report a valid (the refreshed) momentum
-            u1 = u0
-        if adapting:
-            self._adapt(ex, accept_prob, state.step + 1)
+        h1 = u1 + 0.5 * squared_norm(p, flat)
+        # Metropolis-Hastings test, separately for every chain (they share L and h)
+        log_ratio = (-(h1 - h0) / self.temperature).to(flat.dtype)
+        divergent = ~torch.isfinite(log_ratio)
+        accept_prob = torch.where(divergent, torch.zeros_like(log_ratio), torch.exp(log_ratio.clamp(max=0.0)))
+        accepted = ~divergent & (torch.rand(log_ratio.shape, generator=generator, device=device,
+                                            dtype=flat.dtype) < accept_prob)
+        with torch.no_grad():  # rejected chains go back to the start (with the refreshed momentum)
+            for t, s in zip(theta, start):
+                t.copy_(torch.where(accepted.reshape(accepted.shape + (1,) * (t.ndim - accepted.ndim)), t, s))
+            flat.copy_(torch.where(accepted.unsqueeze(-1) if flat.ndim == 2 else accepted, flat, start_momentum))
+        u1 = torch.where(accepted, u1.reshape(accepted.shape), u0.reshape(accepted.shape))
+        if adapting:  # one step size for all chains, tuned on their mean acceptance probability
+            self._adapt(ex, float(accept_prob.mean()), state.step + 1)
         state.step += 1
         ex["transitions"] += 1
-        ex["accepted_total"] += int(accepted)
-        kinetic = 0.5 * squared_norm(p, ex["flat_momentum"])
+        ex["accepted_total"] = ex["accepted_total"] + accepted.to(flat.dtype)
+        kinetic = 0.5 * squared_norm(p, flat)
         return state, StepInfo(
-            potential=u1.detach(), kinetic_energy=kinetic, kinetic_temperature=2.0 * kinetic / numel(p),
-            extra={"accept_prob": accept_prob, "accepted": float(accepted), "step_size": base,
-                   "n_leapfrog": float(n_steps), "divergent": float(divergent)},
+            potential=u1.detach(), kinetic_energy=kinetic,
+            kinetic_temperature=2.0 * kinetic / chain_numel(p, ex.get("n_chains")),
+            extra={"accept_prob": accept_prob, "accepted": accepted.to(flat.dtype), "step_size": base,
+                   "n_leapfrog": float(n_steps), "divergent": divergent.to(flat.dtype)},
         )
 
     def _adapt(self, ex: dict, accept_prob: float, m: int) -> None:

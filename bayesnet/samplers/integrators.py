@@ -37,6 +37,7 @@ __all__ = [
     "add_noise",
     "squared_norm",
     "numel",
+    "chain_numel",
     "exact_ou_coefficients",
 ]
 
@@ -44,6 +45,11 @@ __all__ = [
 def numel(tensors: Sequence[Tensor]) -> int:
     """Total number of elements ``D`` in a list of tensors."""
     return sum(t.numel() for t in tensors)
+
+
+def chain_numel(tensors: Sequence[Tensor], n_chains: int | None) -> int:
+    """Parameters per chain: ``D`` without a chain axis, ``D / S`` with ``S`` packed members."""
+    return numel(tensors) // (n_chains or 1)
 
 
 def gaussian_like(tensors: Sequence[Tensor], generator: torch.Generator | None) -> list[Tensor]:
@@ -70,22 +76,45 @@ def gaussian_like(tensors: Sequence[Tensor], generator: torch.Generator | None) 
     return [chunk.view_as(t) for chunk, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
 
-def gaussian_momentum(position: Sequence[Tensor], std: float,
-                      generator: torch.Generator | None) -> tuple[list[Tensor], Tensor]:
+def gaussian_momentum(position: Sequence[Tensor], std: float, generator: torch.Generator | None,
+                      n_chains: int | None = None) -> tuple[list[Tensor], Tensor]:
     """Momenta ``std * xi`` shaped like ``position``, as views of one flat buffer.
+
+    Parameters
+    ----------
+    position : sequence of Tensor
+        Templates; with ``n_chains`` each has a leading axis of that size.
+    std : float
+    generator : torch.Generator or None
+    n_chains : int, optional
+        Number of members ``S`` packed on the leading axis. The buffer is then
+        chain major, shape ``(S, D / S)``, so that per-chain reductions
+        (kinetic energies, thermostats) are one operation along its last axis.
 
     Returns
     -------
     momentum : list of Tensor
         One view per position tensor.
-    flat : Tensor, shape (D,)
+    flat : Tensor, shape (D,) or (S, D / S)
         The buffer the views share: in-place updates of ``momentum`` show in
         it, so kinetic energies and refreshes take one operation.
     """
-    momentum = gaussian_like(position, generator)
-    flat = momentum[0]._base if momentum[0]._base is not None else momentum[0]
+    first = position[0]
+    if n_chains is None:
+        flat = torch.randn(numel(position), generator=generator, device=first.device, dtype=first.dtype)
+    else:
+        flat = torch.randn((n_chains, chain_numel(position, n_chains)), generator=generator, device=first.device,
+                           dtype=first.dtype)
     flat.mul_(std)
-    return momentum, flat
+    return momentum_views(flat, position), flat
+
+
+def momentum_views(flat: Tensor, position: Sequence[Tensor]) -> list[Tensor]:
+    """Views of ``flat`` (``(D,)`` or chain-major ``(S, D / S)``) shaped like ``position``."""
+    if flat.ndim == 1:
+        return [c.view_as(p) for c, p in zip(flat.split([p.numel() for p in position]), position)]
+    sizes = [p[0].numel() for p in position]
+    return [c.view(p.shape) for c, p in zip(flat.split(sizes, dim=1), position)]
 
 
 @torch.no_grad()
@@ -132,11 +161,12 @@ def ornstein_uhlenbeck_step(
 def squared_norm(tensors: Sequence[Tensor], flat: Tensor | None = None) -> Tensor:
     """``sum_k ||x_k||^2`` as a 0-d tensor on the tensors' device.
 
-    ``flat``, when given, is a 1-D tensor whose views are ``tensors`` (as
-    returned by :func:`gaussian_like`); one dot product then suffices.
+    ``flat``, when given, is the buffer whose views are ``tensors`` (as
+    returned by :func:`gaussian_momentum`); one reduction then suffices. A
+    chain-major buffer ``(S, D / S)`` gives one value per member, shape ``(S,)``.
     """
     if flat is not None:
-        return torch.dot(flat, flat)
+        return torch.dot(flat, flat) if flat.ndim == 1 else flat.square().sum(dim=1)
     norms = torch._foreach_norm(list(tensors))
     return torch.stack(norms).square().sum()
 

@@ -12,7 +12,7 @@ from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
 from .integrators import (
     gaussian_momentum,
     gradient_step,
-    numel,
+    chain_numel,
     ornstein_uhlenbeck_step,
     position_step,
     squared_norm,
@@ -104,12 +104,14 @@ class SGHMC(Sampler):
                 f"sghmc: noise_estimate must be smaller than friction ({friction!r}), got {noise_estimate!r}."
             )
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
         position = list(position)
+        self._check_chain_axis(position, n_chains)
         std = math.sqrt(self.step_size * self.temperature)
-        momentum, flat = gaussian_momentum(position, std, generator)
-        # The momenta are views of one flat buffer: diagnostics reduce it in one op.
-        return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat})
+        momentum, flat = gaussian_momentum(position, std, generator, n_chains)
+        # The momenta are views of one (chain-major) buffer: diagnostics reduce it in one op per chain.
+        return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat, "n_chains": n_chains})
 
     def step(
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
@@ -125,5 +127,5 @@ class SGHMC(Sampler):
         return state, StepInfo(
             potential=value.detach(),
             kinetic_energy=kinetic,
-            kinetic_temperature=2.0 * kinetic / numel(state.momentum),
+            kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.extra.get("n_chains")),
         )

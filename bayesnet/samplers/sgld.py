@@ -74,8 +74,11 @@ class SGLD(Sampler):
         self.temperature = temperature
         self._validate()
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
-        return SamplerState(position=list(position))
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
+        position = list(position)
+        self._check_chain_axis(position, n_chains)
+        return SamplerState(position=position, extra={"n_chains": n_chains})
 
     def step(
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import add_noise, gaussian_momentum, gradient_step, numel, position_step, squared_norm
+from .integrators import add_noise, chain_numel, gaussian_momentum, gradient_step, position_step, squared_norm
 
 __all__ = ["SGNHT"]
 
@@ -61,7 +61,10 @@ class SGNHT(Sampler):
     ``StepInfo.extra["thermostat"]`` is :math:`z` after the step and
     ``kinetic_temperature`` :math:`r^\top r/(\eta D)`. Momenta start at
     :math:`\mathcal N(0, \eta T I)`. The potential is reported at the position
-    where the gradient was taken (the start of the step).
+    where the gradient was taken (the start of the step). With
+    ``init(..., n_chains=C)`` every chain has its own thermostat (shape
+    ``(C,)``) driven by its own kinetic temperature; without a chain axis one
+    thermostat serves the whole position.
 
     References
     ----------
@@ -81,28 +84,33 @@ class SGNHT(Sampler):
         self.temperature = temperature
         self._validate()
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None) -> SamplerState:
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
         position = list(position)
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * self.temperature), generator)
+        self._check_chain_axis(position, n_chains)
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * self.temperature), generator,
+                                           n_chains)
+        first = position[0]
+        thermostat = torch.full(() if n_chains is None else (n_chains,), float(self.noise), dtype=first.dtype,
+                                device=first.device)
         return SamplerState(position=position, momentum=momentum,
-                            extra={"flat_momentum": flat, "thermostat": float(self.noise)})
+                            extra={"flat_momentum": flat, "thermostat": thermostat, "n_chains": n_chains})
 
     def step(
         self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
     ) -> tuple[SamplerState, StepInfo]:
-        eta, r = self.step_size, state.momentum
-        dim = numel(r)
+        eta, r, flat = self.step_size, state.momentum, state.extra["flat_momentum"]
+        dim = chain_numel(r, state.extra.get("n_chains"))
         target = eta * self.temperature
-        r2 = float(squared_norm(r, state.extra.get("flat_momentum")))
+        r2 = squared_norm(r, flat)  # one value per chain: each chain has its own thermostat
         z = state.extra["thermostat"] + (r2 / dim - target) / self.thermal_inertia
         state.extra["thermostat"] = z
         value, grad = potential.value_and_grad(batch)
-        if z != 0.0:
-            torch._foreach_mul_(r, 1.0 - z)  # the thermostat friction -z r
+        with torch.no_grad():  # the thermostat friction -z r, on the buffer the momenta are views of
+            flat.mul_((1.0 - z).unsqueeze(-1) if flat.ndim == 2 else 1.0 - z)
         gradient_step(r, grad, eta)
         add_noise(r, math.sqrt(2.0 * self.noise * target), generator)
         position_step(state.position, r)
         state.step += 1
         return state, StepInfo(potential=value.detach(), kinetic_energy=0.5 * r2 / eta,
-                               kinetic_temperature=torch.tensor(r2 / (eta * dim)),
-                               extra={"thermostat": z})
+                               kinetic_temperature=r2 / (eta * dim), extra={"thermostat": z})

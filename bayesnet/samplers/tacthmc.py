@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import gaussian_like, gaussian_momentum
+from .integrators import gaussian_like, gaussian_momentum, squared_norm
 
 __all__ = ["TACTHMC", "coupling", "coupling_derivative"]
 
@@ -337,15 +337,11 @@ class TACTHMC(Sampler):
         """
         position = list(position)
         first = position[0]
-        if n_chains is not None:
-            bad = [tuple(p.shape) for p in position if p.ndim == 0 or p.shape[0] != n_chains]
-            if bad:
-                raise ValueError(f"with n_chains={n_chains} every position tensor needs a leading axis of that "
-                                 f"size; got shapes {bad}.")
+        self._check_chain_axis(position, n_chains)
         shape = () if n_chains is None else (int(n_chains),)
         opts = dict(dtype=first.dtype, device=first.device)
         T = self.temperature
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * T), generator)
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * T), generator, n_chains)
         dim = sum(p.numel() for p in position) // (n_chains or 1)
         eta_xi = self.resolve_tempering_step_size(dim)
         r_xi = torch.randn(shape, generator=generator, **opts) * math.sqrt(eta_xi * T)
@@ -429,11 +425,7 @@ class TACTHMC(Sampler):
         lam2, dlam2 = lam * lam, dlam * dlam
         # lines 5-6: thermostats (kinetic temperature per chain)
         dim = sum(p.numel() for p in r) // n_chains
-        if batched:
-            r2 = sum(m.reshape(n_chains, -1).square().sum(1) for m in r)
-        else:  # the momenta are views of one flat buffer
-            flat = ex["flat_momentum"]
-            r2 = torch.dot(flat, flat)
+        r2 = squared_norm(r, ex["flat_momentum"])  # per chain: the momenta are views of one chain-major buffer
         if self.thermostats:
             ex["tempering_thermostat"] = ex["tempering_thermostat"] + dlam2 * (r_xi * r_xi - eta_xi * T) \
                 / self.tempering_thermal_inertia
