@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Posterior", "FunctionPotential"]
+__all__ = ["Posterior", "ChainPosterior", "FunctionPotential"]
 
 
 class Posterior:
@@ -115,3 +115,124 @@ class FunctionPotential:
             grads = [g + self.gradient_noise * torch.randn(g.shape, generator=self.generator, dtype=g.dtype,
                                                            device=g.device) for g in grads]
         return u.detach(), grads
+
+
+class _LogPrior(nn.Module):
+    """Calls ``likelihood.log_prior()`` as a ``forward`` so that ``functional_call`` can substitute its parameters."""
+
+    def __init__(self, likelihood: nn.Module):
+        super().__init__()
+        self.likelihood = likelihood
+
+    def forward(self):
+        return torch.as_tensor(self.likelihood.log_prior())
+
+
+class ChainPosterior:
+    r"""The potential of :class:`Posterior` for ``S`` packed position sets (chains, replicas, walkers).
+
+    Every network parameter (and every parameter of the likelihood, e.g. the
+    Gaussian log noise variance) is held as one leaf tensor with a leading
+    axis of ``S`` members; ``value_and_grad`` returns the ``S`` mini-batch
+    potentials
+
+    .. math::
+
+        \tilde U(\theta_s) = -\log p(\theta_s) - \log p(\phi_s)
+            - \frac{N}{|S|} \sum_{i \in S} \log p(y_i | x_i, \theta_s, \phi_s)
+
+    on the same mini-batch and their gradients, in one batched forward and
+    backward pass. The network is evaluated by its own
+    ``forward_chains(parameters, X)`` when it has one (the MLP's batched
+    matrix products, the faster layout measured by
+    ``benchmarks/chains_vectorised.py``), otherwise by ``torch.func.vmap``
+    over ``functional_call`` of the module, which serves any network.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The architecture :math:`f_\theta` (a template: its own parameters are
+        not moved).
+    likelihood : torch.nn.Module
+        As for :class:`Posterior`.
+    prior : object with ``log_prob(parameters)``
+        Evaluated per member (under ``vmap``).
+    n_data : int
+        Dataset size :math:`N` (> 0).
+    members : sequence of sequence of Tensor
+        The ``S`` initial position sets, each listing the module's trainable
+        parameters followed by the likelihood's.
+
+    Attributes
+    ----------
+    parameters : list of Tensor
+        Shapes ``(S, *p.shape)``: the positions the sampler moves.
+    n_members : int
+        ``S``.
+
+    Raises
+    ------
+    ValueError
+        If ``n_data`` is not positive or ``members`` is empty.
+    """
+
+    def __init__(self, module: nn.Module, likelihood: nn.Module, prior: Any, n_data: int,
+                 members: Sequence[Sequence[Tensor]]):
+        if n_data <= 0:
+            raise ValueError(f"n_data must be positive, got {n_data}.")
+        if not members:
+            raise ValueError("need at least one member.")
+        self.module = module
+        self.likelihood = likelihood
+        self.prior = prior
+        self.n_data = int(n_data)
+        self.net_names = [n for n, p in module.named_parameters() if p.requires_grad]
+        self.lik_names = [n for n, p in likelihood.named_parameters() if p.requires_grad]
+        self.n_members = len(members)
+        self.parameters = [torch.stack([m[k].detach() for m in members]).requires_grad_(True)
+                           for k in range(len(members[0]))]
+        self._log_prior = _LogPrior(likelihood)
+
+    @property
+    def network_parameters(self) -> list[Tensor]:
+        return self.parameters[: len(self.net_names)]
+
+    def outputs(self, X: Tensor, parameters: Sequence[Tensor] | None = None) -> Tensor:
+        """Network outputs of every member on ``X``: shape ``(S, n, n_outputs)``."""
+        params = list(self.network_parameters if parameters is None else parameters[: len(self.net_names)])
+        forward_chains = getattr(self.module, "forward_chains", None)
+        if forward_chains is not None:
+            return forward_chains(params, X)
+        names = self.net_names
+
+        def single(ps, xb):
+            return torch.func.functional_call(self.module, dict(zip(names, ps)), (xb,))
+
+        return torch.func.vmap(single, in_dims=(0, None))(params, X)
+
+    def value(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """The ``S`` mini-batch potentials, shape ``(S,)`` (differentiable)."""
+        X, y = batch
+        out = self.outputs(X)
+        lik_params = self.parameters[len(self.net_names):]
+        lik_names, prior = self.lik_names, self.prior
+
+        def rest(net_ps, lik_ps, o):
+            lik = dict(zip(lik_names, lik_ps))
+            log_lik = torch.func.functional_call(self.likelihood, lik, (o, y))
+            log_prior_phi = torch.func.functional_call(self._log_prior, {f"likelihood.{k}": v for k, v in lik.items()},
+                                                       ())
+            return -(self.n_data / y.shape[0]) * log_lik - prior.log_prob(list(net_ps)) - log_prior_phi
+
+        return torch.func.vmap(rest)(self.network_parameters, lik_params, out)
+
+    def value_and_grad(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, list[Tensor]]:
+        """``((S,) potentials, gradients shaped like parameters)``: every member's own gradient."""
+        with torch.enable_grad():
+            u = self.value(batch)
+            grads = torch.autograd.grad(u.sum(), self.parameters)
+        return u.detach(), list(grads)
+
+    def member(self, index: int) -> list[Tensor]:
+        """The current position of member ``index`` (detached views)."""
+        return [p.detach()[index] for p in self.parameters]
