@@ -21,6 +21,7 @@ from .sgld import SGLD
 from .sgnht import SGNHT
 from .hmc import HMC
 from .tacthmc import TACTHMC
+from .pt_langevin import PTLangevin
 
 __all__ = [
     "DivergenceError",
@@ -38,4 +39,5 @@ __all__ = [
     "SGLD",
     "SGNHT",
     "TACTHMC",
+    "PTLangevin",
 ]

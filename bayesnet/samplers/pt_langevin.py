@@ -1,0 +1,511 @@
+"""Langevin-gradient parallel tempering (PT-LG), paper 003 Algorithm 1."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from .integrators import gaussian_like
+
+__all__ = ["PTLangevin", "geometric_ladder", "swap_log_acceptance"]
+
+
+def geometric_ladder(n_replicas: int, max_temperature: float) -> list[float]:
+    """Temperatures ``T_m = max_temperature ** (m / (R - 1))``, ``m = 0..R-1`` (``[1.0]`` for ``R = 1``).
+
+    The geometric progression of paper 003 Sec. 3.5: ``T_0 = 1`` is the
+    posterior, ``T_{R-1} = max_temperature`` the hottest replica.
+    """
+    if n_replicas == 1:
+        return [1.0]
+    return [float(max_temperature) ** (m / (n_replicas - 1)) for m in range(n_replicas)]
+
+
+def swap_log_acceptance(beta_i: Tensor, beta_j: Tensor, u_i: Tensor, u_j: Tensor) -> Tensor:
+    r"""Log acceptance of exchanging the positions of two replicas (paper 003 Algorithm 1 Step 2.2).
+
+    Replica ``i`` at inverse temperature :math:`\beta_i` holds a position of
+    potential :math:`U_i`, replica ``j`` one of :math:`U_j`; exchanging them
+    is accepted with probability :math:`\min(1, \exp(\log a))`,
+
+    .. math::
+
+        \log a = \log\frac{\pi_i(\theta_j)\,\pi_j(\theta_i)}{\pi_i(\theta_i)\,\pi_j(\theta_j)}
+               = (\beta_i - \beta_j)(U_i - U_j),
+        \qquad \pi_m(\theta) \propto e^{-\beta_m U(\theta)}.
+
+    Broadcasts; a non-finite result (an infinite potential) becomes ``-inf``, i.e. a rejection.
+    """
+    log_a = (beta_i - beta_j) * (u_i - u_j)
+    return torch.where(torch.isfinite(log_a), log_a, torch.full_like(log_a, -math.inf))
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, Integral) and value >= low
+
+
+@register_sampler
+class PTLangevin(Sampler):
+    r"""Langevin-gradient parallel tempering (paper 003, Algorithm 1; "PT-LG").
+
+    Each chain is an ensemble of :math:`R` replicas on a geometric temperature
+    ladder :math:`T_m = T_{max}^{m/(R-1)}`, :math:`m = 0, \ldots, R-1`
+    (Sec. 3.5; :math:`T_0 = 1`), replica :math:`m` targeting
+    :math:`\pi_m(\theta) \propto p(\theta|D)^{\beta_m} = e^{-\beta_m U(\theta)}`,
+    :math:`\beta_m = 1/T_m` (Sec. 3.3), with :math:`U = -\log` posterior, the
+    potential. One :meth:`step` is one iteration of Algorithm 1's inner loop for
+    every replica at once:
+
+    1. (Step 1.1) Draw :math:`l \sim U[0, 1]`. If :math:`l <` ``langevin_prob``,
+       propose by a Langevin-gradient step (eqs. 9-12, written for the
+       tempered target),
+
+       .. math::
+
+           \theta' \sim \mathcal N(\mu(\theta), \sigma^2 I), \qquad
+           \mu(\theta) = \theta - r \beta_m \nabla U(\theta),
+
+       otherwise by a random walk :math:`\theta' \sim \mathcal N(\theta, \sigma^2 I)`.
+    2. (Steps 1.2-1.3) Accept with probability :math:`\min(1, \alpha)`,
+
+       .. math::
+
+           \log\alpha = -\beta_m\big(U(\theta') - U(\theta)\big)
+               + \log q(\theta|\theta') - \log q(\theta'|\theta),
+           \qquad \log q(a|b) = -\frac{|a - \mu(b)|^2}{2\sigma^2}
+
+       for a Langevin proposal (the ratio is 1 for the random walk).
+       Each of the two proposal kinds is a Metropolis-Hastings kernel that
+       leaves :math:`\pi_m` invariant, and the choice between them does not
+       depend on the position, so their mixture does too: the chain is exact
+       (no discretisation bias) for a full-data potential.
+    3. (Step 2) Every ``swap_interval`` steps, neighbouring replicas of each
+       chain are offered an exchange of positions, accepted with probability
+       :math:`\min(1, \exp((\beta_i - \beta_j)(U_i - U_j)))`
+       (:func:`swap_log_acceptance`). The pairs alternate between the even
+       pairs :math:`(0,1), (2,3), \ldots` and the odd pairs
+       :math:`(1,2), (3,4), \ldots` on successive swap events (the
+       deterministic even-odd scheme; with :math:`R = 2` the one pair is
+       offered at every event). Pairs of one event are disjoint and each test
+       is a Metropolis-Hastings move on the product target
+       :math:`\prod_m \pi_m`, so every event preserves it. The temperatures
+       stay with the ladder slots: the positions (and their cached potential
+       and gradient) move.
+
+    Sec. 3.5 and 4.1: the ladder is used for the first ``tempering_fraction``
+    of the ``n_steps`` steps (global exploration); afterwards every replica
+    runs at temperature 1 (local exploration, "canonical MCMC" with ``R``
+    chains). In the tempering phase only replica 0 (:math:`T = 1`) of each
+    chain is a draw (``StepInfo.is_draw``); in the second phase all replicas
+    are. Swaps in the second phase would always be accepted and only relabel
+    identically distributed replicas, so they are skipped. The paper discards
+    the first 50 % of the samples as burn-in (Sec. 4.1), which also removes
+    the replicas' relaxation from their hot states after the switch.
+
+    Parameters
+    ----------
+    n_replicas : int, default=10
+        :math:`R \ge 1` replicas per chain (paper: 10). ``R = 1`` is a single
+        Metropolis chain at :math:`T = 1` with Langevin/random-walk proposals.
+    max_temperature : float, default=5.0
+        :math:`T_{max} \ge 1`, the temperature of the hottest replica (the
+        paper evaluates 2-10, Table 2, and finds 4 best for Lazer).
+    swap_interval : int, default=100
+        Steps between two swap events, :math:`\ge 1` (paper: 100, Table 3).
+    langevin_prob : float, default=0.5
+        Probability in [0, 1] that a replica's proposal is a Langevin-gradient
+        step ("LG-freq", Algorithm 1 line 5; paper Sec. 4.1: 0.5). 0 gives
+        PT-RW, which never evaluates a gradient.
+    step_size : float, default=0.025
+        :math:`\sigma > 0`, the standard deviation of the proposal noise per
+        parameter, in parameter units (paper Sec. 4.1: 0.025 for the
+        random walk; eq. 9's :math:`\Sigma_\theta = \sigma^2 I`).
+    langevin_step_size : float or "auto", default="auto"
+        :math:`r > 0`, the learning rate of the gradient drift, in
+        (parameter units)^2 per unit of potential. "auto" is
+        :math:`\sigma^2/2`, the drift of the Metropolis-adjusted Langevin
+        algorithm, for which the proposal is the Euler step of the Langevin
+        diffusion of :math:`\pi_m` and the acceptance stays high for small
+        :math:`\sigma`. The paper's :math:`r = 0.1` (Sec. 4.2) multiplies
+        the gradient of the un-normalised squared error :math:`E` of
+        eq. (11), not of this potential, so it does not carry over.
+    tempering_fraction : float, default=0.6
+        Fraction in [0, 1] of ``n_steps`` run on the ladder (paper Sec. 4.1:
+        60 %): steps ``1..round(tempering_fraction * n_steps)``. 0 runs every
+        replica at :math:`T = 1` from the start, 1 tempers throughout.
+    n_steps : int or None, default=None
+        Planned length of the run, in steps; the estimators set it. None:
+        the tempering phase never ends (only replica 0 is ever a draw).
+
+    Raises
+    ------
+    ValueError
+        On out-of-range values: non-integer or < 1 ``n_replicas``,
+        ``swap_interval`` or ``n_steps``; ``max_temperature < 1``;
+        ``langevin_prob`` or ``tempering_fraction`` outside [0, 1];
+        ``step_size <= 0``; ``langevin_step_size`` neither "auto" nor > 0.
+
+    Notes
+    -----
+    Positions: every tensor has a leading axis of :math:`S = C R` packed
+    members, chain major (replica ``m`` of chain ``c`` at ``c * R + m``);
+    :meth:`members_per_chain` is ``R``. The potential returns one value per
+    member, shape ``(S,)``, and every member's own gradient. Only ``R = 1``
+    without ``n_chains`` takes positions without the leading axis (then
+    ``StepInfo.potential`` is 0-d and ``is_draw`` a bool).
+
+    Cost: the potential (and gradient) at the current positions are cached in
+    ``state.extra``, so a step evaluates the potential once, at the
+    proposals: ``value_and_grad`` when any replica made a Langevin proposal
+    (the backward proposal density needs :math:`\nabla U(\theta')`), else
+    ``value``. A replica whose random-walk proposal was accepted on a step
+    without any gradient has no gradient at its new position; when it next
+    makes a Langevin proposal, the gradient is recomputed first (a second
+    evaluation on that step). One host synchronisation per step decides
+    whether a gradient is needed.
+
+    Mini-batches: the Metropolis tests compare the proposal's potential on
+    this step's batch with the cached potential of the current position, from
+    the batch on which it was accepted, and the Langevin drift uses
+    mini-batch gradients; the chain is then no longer exact (as HMC's test on
+    mini-batches). Use the full data (the paper does) for exact sampling.
+
+    Departures from the reference code (github.com/sydney-machine-learning/
+    parallel-tempering-neural-net), which departs from the paper:
+
+    * The swap test uses :math:`(\beta_i - \beta_j)(U_i - U_j)`, the
+      Metropolis-Hastings ratio of Algorithm 1 Step 2.2 for exchanging
+      positions; the reference code accepts on the likelihood ratio alone,
+      without the temperature difference, which does not preserve the
+      tempered targets.
+    * The proposal ratio is :math:`\log q(\theta|\theta') - \log q(\theta'|\theta)`,
+      not tempered; the reference code divides it by the temperature. The
+      temperature enters through the drift :math:`r\beta_m\nabla U`, the
+      gradient of the replica's own target.
+    * All replicas draw from one generator (independent streams); the
+      reference code's processes share one random stream.
+    * The drift descends :math:`U` (eq. 10 prints ":math:`+ r\nabla E`" of
+      the squared error :math:`E`; descent is what is meant), and the whole
+      posterior is tempered, :math:`p(\theta|D)^{\beta}` as Sec. 3.3 writes.
+
+    ``StepInfo.extra`` holds, per member (shape ``(S,)``): ``accepted``
+    (0/1), ``accept_prob``, ``langevin`` (1 for a Langevin proposal),
+    ``temperature`` (of the step) and ``divergent`` (1 when the proposal's
+    potential was not finite; it is then rejected); after a swap event also
+    ``swap_accept``, the fraction of the offered exchanges accepted.
+    :meth:`acceptance_rates` and :meth:`swap_rates` give the running rates
+    per replica and per neighbouring pair (the paper's "Accept per." and
+    "Swap per.", Tables 2-4).
+
+    References
+    ----------
+    R. Chandra, K. Jain, R. V. Deo, S. Cripps, "Langevin-gradient parallel
+    tempering for Bayesian neural learning", Neurocomputing 2019 (paper 003:
+    Sec. 3.3-3.5, eqs. 9-12, Algorithm 1, Sec. 4.1); Roberts and Tweedie,
+    Bernoulli 2 (1996) for the Metropolis-adjusted Langevin algorithm;
+    Okabe et al., Chem. Phys. Lett. 335 (2001) for the even-odd exchange scheme.
+    """
+
+    name = "pt-langevin"
+    exact_potential = True  # the Metropolis-Hastings tests are exact only on the full-data potential
+    _positive = ("step_size", "max_temperature")
+    _non_negative = ("langevin_prob", "tempering_fraction")
+
+    def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
+                 langevin_prob: float = 0.5, step_size: float = 0.025, langevin_step_size: float | str = "auto",
+                 tempering_fraction: float = 0.6, n_steps: int | None = None):
+        self.n_replicas = n_replicas
+        self.max_temperature = max_temperature
+        self.swap_interval = swap_interval
+        self.langevin_prob = langevin_prob
+        self.step_size = step_size
+        self.langevin_step_size = langevin_step_size
+        self.tempering_fraction = tempering_fraction
+        self.n_steps = n_steps
+        self._validate()
+
+    def _validate(self) -> None:
+        super()._validate()
+        for key in ("n_replicas", "swap_interval"):
+            if not _is_int(getattr(self, key), 1):
+                raise ValueError(f"{self.name}: {key} must be an integer >= 1, got {getattr(self, key)!r}.")
+        if self.n_steps is not None and not _is_int(self.n_steps, 1):
+            raise ValueError(f"{self.name}: n_steps must be None or an integer >= 1, got {self.n_steps!r}.")
+        if self.max_temperature < 1:
+            raise ValueError(f"{self.name}: max_temperature must be >= 1 (the ladder starts at T = 1), "
+                             f"got {self.max_temperature!r}.")
+        for key in ("langevin_prob", "tempering_fraction"):
+            if getattr(self, key) > 1:
+                raise ValueError(f"{self.name}: {key} must be in [0, 1], got {getattr(self, key)!r}.")
+        r = self.langevin_step_size
+        if r != "auto" and (isinstance(r, bool) or not isinstance(r, Real) or not math.isfinite(r) or r <= 0):
+            raise ValueError(f"{self.name}: langevin_step_size must be 'auto' or a number > 0, got {r!r}.")
+
+    # ------------------------------------------------------------------ #
+    @property
+    def temperatures(self) -> Tensor:
+        """The ladder :math:`T_m`, shape ``(n_replicas,)``, float64 (:func:`geometric_ladder`)."""
+        return torch.tensor(geometric_ladder(self.n_replicas, self.max_temperature), dtype=torch.float64)
+
+    def members_per_chain(self) -> int:
+        """The ``n_replicas`` replicas that make up one chain."""
+        return int(self.n_replicas)
+
+    def resolve_langevin_step_size(self) -> float:
+        """:math:`r`: ``langevin_step_size``, or :math:`\\sigma^2/2` for "auto"."""
+        if self.langevin_step_size == "auto":
+            return 0.5 * float(self.step_size) ** 2
+        return float(self.langevin_step_size)
+
+    def tempering_steps(self) -> int | None:
+        """Number of steps run on the ladder, ``round(tempering_fraction * n_steps)``; None if unbounded."""
+        if self.n_steps is None:
+            return None
+        return int(round(self.tempering_fraction * self.n_steps))
+
+    def in_tempering_phase(self, state: SamplerState) -> bool:
+        """Whether the *next* step of ``state`` runs on the ladder (else every replica is at T = 1)."""
+        limit = self.tempering_steps()
+        return limit is None or state.step < limit
+
+    def divergence_hint(self, state: SamplerState) -> str:
+        return (f"sampler__step_size={self.step_size:g} (the proposal noise sd) or sampler__langevin_step_size "
+                f"(now r={self.resolve_langevin_step_size():g}), the gradient drift of the Langevin proposals")
+
+    # ------------------------------------------------------------------ #
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
+        """Start the replicas at ``position`` (used in place, not copied).
+
+        Parameters
+        ----------
+        position : sequence of Tensor
+            The parameters, each with a leading axis of ``S = n_chains * n_replicas`` members, chain major
+            (``n_replicas`` without ``n_chains``; no leading axis for ``n_replicas = 1`` without ``n_chains``).
+        generator : torch.Generator or None
+            Unused here (the start is deterministic); the steps draw from theirs.
+        n_chains : int, optional
+            Number of independent chains; None for one.
+
+        Raises
+        ------
+        ValueError
+            If a position tensor lacks the leading axis.
+        """
+        position = list(position)
+        size = self._check_chain_axis(position, n_chains)
+        R = int(self.n_replicas)
+        S = R if size is None else size
+        C = S // R
+        first = position[0]
+        opts = dict(dtype=first.dtype, device=first.device)
+        beta = 1.0 / torch.tensor(geometric_ladder(R, self.max_temperature), dtype=torch.float64)
+        cold = torch.zeros(R, dtype=torch.bool, device=first.device)
+        cold[0] = True
+        extra = {
+            "n_chains": n_chains,
+            "n_replicas": R,
+            "n_members": S,
+            "batched": size is not None,
+            "beta": beta.to(**opts),  # (R,) ladder inverse temperatures
+            "cold": cold.repeat(C),  # (S,) replica 0 of each chain
+            "value": None,  # (S,) U at the current positions, once evaluated
+            "grad": None,  # list of (S, n_k) gradients at the current positions, once evaluated
+            "grad_valid": torch.zeros(S, dtype=torch.bool, device=first.device),
+            "mh_attempts": torch.zeros(C, R, dtype=torch.int64, device=first.device),
+            "mh_accepts": torch.zeros(C, R, dtype=torch.int64, device=first.device),
+            "swap_attempts": torch.zeros(C, max(R - 1, 0), dtype=torch.int64, device=first.device),
+            "swap_accepts": torch.zeros(C, max(R - 1, 0), dtype=torch.int64, device=first.device),
+            "swap_events": 0,
+        }
+        return SamplerState(position=position, extra=extra)
+
+    def _members(self, state: SamplerState) -> list[Tensor]:
+        """Views ``(S, n_k)`` of the position tensors (in-place updates show in the positions)."""
+        S = state.extra["n_members"]
+        return [p.view(S, -1) for p in state.position]
+
+    def _check_state(self, state: SamplerState) -> None:
+        if state.extra["n_replicas"] != self.n_replicas:
+            raise ValueError(f"{self.name}: the state was started with {state.extra['n_replicas']} replicas per "
+                             f"chain, the sampler now has n_replicas={self.n_replicas}.")
+
+    # ------------------------------------------------------------------ #
+    @torch.no_grad()
+    def step(
+        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
+    ) -> tuple[SamplerState, StepInfo]:
+        """One Metropolis-Hastings step of every replica, then a swap event every ``swap_interval`` steps.
+
+        Returns
+        -------
+        state : SamplerState
+            Advanced in place.
+        info : StepInfo
+            ``potential`` (S,): U at each member's position after the step (and swap);
+            ``is_draw`` (S,) bool: the members at temperature 1 on this step.
+        """
+        self._check_state(state)
+        ex = state.extra
+        S, R = ex["n_members"], ex["n_replicas"]
+        C = S // R
+        theta = self._members(state)
+        device, dtype = theta[0].device, theta[0].dtype
+        sigma = float(self.step_size)
+        r = self.resolve_langevin_step_size()
+        tempering = self.in_tempering_phase(state)
+        beta = ex["beta"].repeat(C) if tempering else torch.ones(S, dtype=dtype, device=device)
+
+        # Step 1.1: the kind of proposal of each replica; the gradient at the current position if one needs it
+        p_lg = float(self.langevin_prob)
+        langevin = torch.rand(S, generator=generator, device=device) < p_lg
+        any_langevin = any_stale = False
+        if p_lg > 0:
+            any_langevin, any_stale = torch.stack(
+                [langevin.any(), (langevin & ~ex["grad_valid"]).any()]).tolist()  # the one host sync
+        if any_stale:
+            u, g = potential.value_and_grad(batch)
+            ex["value"] = u.detach().reshape(S).to(dtype)
+            ex["grad"] = [gk.detach().reshape(S, -1).to(dtype) for gk in g]
+            ex["grad_valid"] = torch.ones(S, dtype=torch.bool, device=device)
+        elif ex["value"] is None:
+            ex["value"] = potential.value(batch).detach().reshape(S).to(dtype)
+        u_old, g_old = ex["value"], ex["grad"]
+
+        start = [t.clone() for t in theta]
+        noise = gaussian_like(theta, generator)
+        drift = torch.where(langevin, r * beta, torch.zeros_like(beta)).unsqueeze(1)  # (S, 1): r beta_m or 0
+        for t, n, k in zip(theta, noise, range(len(theta))):
+            if any_langevin:
+                t.sub_(drift * torch.where(langevin.unsqueeze(1), g_old[k], torch.zeros_like(t)))
+            t.add_(n, alpha=sigma)
+
+        # Step 1.2: the potential at the proposals, and the acceptance probabilities
+        if any_langevin:
+            u_new, g_new = potential.value_and_grad(batch)
+            g_new = [gk.detach().reshape(S, -1).to(dtype) for gk in g_new]
+        else:
+            u_new, g_new = potential.value(batch), None
+        u_new = u_new.detach().reshape(S).to(dtype)
+        log_alpha = -beta * (u_new - u_old)
+        if any_langevin:
+            ratio = self._log_proposal_ratio(start, theta, noise, g_new, drift, sigma)
+            log_alpha = log_alpha + torch.where(langevin, ratio, torch.zeros_like(ratio))
+        finite = torch.isfinite(log_alpha)
+        log_alpha = torch.where(finite, log_alpha, torch.full_like(log_alpha, -math.inf))
+
+        # Step 1.3: accept or restore
+        log_u = torch.log(torch.rand(S, generator=generator, device=device, dtype=dtype))
+        accept = log_u < log_alpha
+        keep = accept.unsqueeze(1)
+        for t, s in zip(theta, start):
+            t.copy_(torch.where(keep, t, s))
+        ex["value"] = torch.where(accept, u_new, u_old)
+        if g_new is not None:
+            if g_old is None:
+                g_old = [torch.zeros_like(t) for t in theta]
+            ex["grad"] = [torch.where(keep, gn, go) for gn, go in zip(g_new, g_old)]
+            ex["grad_valid"] = ex["grad_valid"] | accept
+        else:
+            ex["grad_valid"] = ex["grad_valid"] & ~accept
+        ex["mh_attempts"] += 1
+        ex["mh_accepts"] += accept.view(C, R)
+        state.step += 1
+
+        # Step 2: replica exchange on the ladder
+        extra = {}
+        if tempering and R > 1 and state.step % self.swap_interval == 0:
+            extra["swap_accept"] = self._swap(state, generator)
+
+        fdt = dtype
+        extra.update({
+            "accepted": accept.to(fdt),
+            "accept_prob": log_alpha.clamp(max=0.0).exp(),
+            "langevin": langevin.to(fdt),
+            "temperature": 1.0 / beta,
+            "divergent": (~torch.isfinite(u_new)).to(fdt),
+        })
+        is_draw = ex["cold"].clone() if tempering else torch.ones(S, dtype=torch.bool, device=device)
+        value = ex["value"].clone()
+        if not ex["batched"]:  # one replica, no chain axis
+            return state, StepInfo(potential=value.reshape(()), is_draw=True,
+                                   extra={k: v.reshape(()) for k, v in extra.items()})
+        return state, StepInfo(potential=value, is_draw=is_draw, extra=extra)
+
+    def _log_proposal_ratio(self, start: list[Tensor], proposal: list[Tensor], noise: list[Tensor],
+                            grad_new: list[Tensor], drift: Tensor, sigma: float) -> Tensor:
+        r""":math:`\log q(\theta|\theta') - \log q(\theta'|\theta)` per member, shape ``(S,)``, for Langevin proposals.
+
+        :math:`\theta' - \mu(\theta) = \sigma\epsilon` (the drawn ``noise``
+        :math:`\epsilon`), so the forward term is :math:`|\epsilon|^2/2`; the
+        backward one is :math:`|\theta - \theta' + r\beta\nabla U(\theta')|^2/(2\sigma^2)`.
+        ``drift`` is :math:`r\beta_m`, shape ``(S, 1)``.
+        """
+        forward = sum(n.square().sum(1) for n in noise) * 0.5
+        backward = sum((s - p + drift * g).square().sum(1) for s, p, g in zip(start, proposal, grad_new))
+        return forward - backward / (2.0 * sigma * sigma)
+
+    def _swap(self, state: SamplerState, generator: torch.Generator | None) -> Tensor:
+        """One swap event (Algorithm 1 Step 2) on the even or odd neighbour pairs; returns the accepted fraction."""
+        ex = state.extra
+        S, R = ex["n_members"], ex["n_replicas"]
+        C = S // R
+        theta = self._members(state)
+        device, dtype = theta[0].device, theta[0].dtype
+        parity = ex["swap_events"] % 2 if R > 2 else 0
+        ex["swap_events"] += 1
+        lower = torch.arange(parity, R - 1, 2, device=device)  # (P,) first replica of each pair
+        upper = lower + 1
+        beta = ex["beta"]
+        u = ex["value"].view(C, R)
+        log_a = swap_log_acceptance(beta[lower], beta[upper], u[:, lower], u[:, upper])  # (C, P)
+        log_v = torch.log(torch.rand(log_a.shape, generator=generator, device=device, dtype=dtype))
+        accept = log_v < log_a
+        perm = torch.arange(R, device=device).repeat(C, 1)  # (C, R): new slot m takes old member perm[c, m]
+        perm[:, lower] = torch.where(accept, upper, lower)
+        perm[:, upper] = torch.where(accept, lower, upper)
+        index = (perm + R * torch.arange(C, device=device).unsqueeze(1)).reshape(S)
+        for t in theta:
+            t.copy_(t[index])
+        ex["value"] = ex["value"][index]
+        if ex["grad"] is not None:
+            ex["grad"] = [g[index] for g in ex["grad"]]
+        ex["grad_valid"] = ex["grad_valid"][index]
+        ex["swap_attempts"][:, lower] += 1
+        ex["swap_accepts"][:, lower] += accept
+        return accept.to(dtype).mean()
+
+    def state_summary(self, state: SamplerState) -> dict:
+        """Run-level rates for the estimators' ``diagnostics_``: ``replica_acceptance_rates`` (per ladder slot)
+        and ``pair_swap_rates`` (per neighbouring pair), lists averaged over the chains; ``swap_rate``, their
+        overall mean (NaN before any swap); ``in_tempering_phase``."""
+        acc = self.acceptance_rates(state).nanmean(0)
+        swap = self.swap_rates(state)
+        return {"replica_acceptance_rates": acc.tolist(), "pair_swap_rates": swap.nanmean(0).tolist(),
+                "swap_rate": float(swap.nanmean()) if swap.numel() else math.nan,
+                "in_tempering_phase": self.in_tempering_phase(state)}
+
+    # ------------------------------------------------------------------ #
+    @staticmethod
+    def acceptance_rates(state: SamplerState) -> Tensor:
+        """Metropolis-Hastings acceptance rate of each ladder slot so far, shape ``(C, R)``, float64 (NaN before
+        the first step); ``C = 1`` without ``n_chains``."""
+        ex = state.extra
+        return _rate(ex["mh_accepts"], ex["mh_attempts"])
+
+    @staticmethod
+    def swap_rates(state: SamplerState) -> Tensor:
+        """Acceptance rate of the exchanges between slots ``m`` and ``m + 1``, shape ``(C, R - 1)``, float64 (NaN
+        for a pair never offered)."""
+        ex = state.extra
+        return _rate(ex["swap_accepts"], ex["swap_attempts"])
+
+
+def _rate(hits: Tensor, attempts: Tensor) -> Tensor:
+    attempts = attempts.double()
+    return torch.where(attempts > 0, hits.double() / attempts.clamp(min=1), torch.full_like(attempts, math.nan))
