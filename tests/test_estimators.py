@@ -168,7 +168,7 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'hmc', 'sghmc', 'sgld', 'sgnht', 'tacthmc'\]"),
+    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'eqn', 'hmc', 'pt-langevin', 'sghmc', 'sgld', 'sgnht', 'tacthmc'\]"),
     (dict(sampler__step_size=-1.0), "step_size must be > 0"),
     (dict(sampler__step_size=0.0), "step_size must be > 0"),
     (dict(sampler="sgld", sampler__friction=0.1), "unknown hyperparameter"),
@@ -298,6 +298,7 @@ def test_tacthmc_in_the_estimator_collects_only_at_unit_temperature(cancer):
     assert 0 < d["plateau_fraction"] < 1 and 1.0 <= d["effective_temperature"] <= clf.sampler_.max_temperature
     assert {"thermostat", "tempering_thermostat"} <= set(d)
     centres, bias, visits = clf.sampler_.bias_profile(clf.sampler_state_)
+    bias, visits = bias[0], visits[0]  # the estimator's one chain, on the chain axis
     assert bias.shape == visits.shape == centres.shape and visits.sum() == clf.sampler_state_.step
 
 

@@ -22,15 +22,18 @@ import math
 import warnings
 from numbers import Integral, Real
 
+import joblib
 import numpy as np
 import torch
+from sklearn.base import clone
 from skorch import NeuralNet
 from skorch.callbacks import Callback
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 from torch.func import functional_call
 
-from ..posterior import Posterior
+from ..diagnostics import chain_summaries, split_rhat
+from ..posterior import ChainPosterior
 from ..priors import make_prior
 from ..samplers import DivergenceError, Sampler, available_samplers, get_sampler_class, make_sampler
 from ..trace import Trace
@@ -122,11 +125,22 @@ class SamplingProgressBar(Callback):
         if self._count % self.update_every == 0:
             self._bar.update(self._count)
             self._count = 0
-            self._bar.set_postfix(potential=f"{net.last_info_['potential']:.4g}", draws=len(net.trace_),
-                                  refresh=False)
+            postfix = dict(potential=f"{net.last_info_['potential']:.4g}", draws=len(net.trace_))
+            rhat = self._rhat(net)
+            if rhat is not None:
+                postfix["rhat"] = f"{rhat:.3f}"
+            self._bar.set_postfix(refresh=False, **postfix)
 
     def on_train_end(self, net, X=None, y=None, **kwargs):
         self.close()
+
+    @staticmethod
+    def _rhat(net):
+        """Split R-hat of the potential at the stored draws (all chains), once there are 8 per chain."""
+        pots = net.trace_.as_array(potentials=True)
+        if pots.ndim != 2 or pots.shape[1] < 8:
+            return None
+        return split_rhat(pots)
 
     def close(self):
         bar = getattr(self, "_bar", None)
@@ -144,6 +158,11 @@ class SamplingProgressBar(Callback):
         return state
 
 
+def _partial_fit_shard(estimator, X, y, classes):
+    """Worker body of :meth:`BayesianNeuralNet._partial_fit_shards`: run one group of chains."""
+    return estimator.partial_fit(X, y, classes=classes)
+
+
 class BayesianNeuralNet(NeuralNet):
     """Base class of the Bayesian estimators; see the concrete classes for parameters.
 
@@ -157,6 +176,8 @@ class BayesianNeuralNet(NeuralNet):
     _parameter_constraints = {
         "sampler": [StrOptions(set()), Sampler, type],
         "n_draws": [Interval(Integral, 1, None, closed="left")],
+        "n_chains": [Interval(Integral, 1, None, closed="left")],
+        "n_jobs": [Integral, None],
         "burn_in": [Interval(Integral, 0, None, closed="left")],
         "thinning": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "prior_scale": [Interval(Real, 0, None, closed="neither"), object],
@@ -166,8 +187,8 @@ class BayesianNeuralNet(NeuralNet):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", prior_scale=1.0,
-                 batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
+    def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
+                 prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  callbacks=None, warm_start=False, **kwargs):
         kwargs.setdefault("module", None)
         kwargs.setdefault("criterion", None)
@@ -178,6 +199,8 @@ class BayesianNeuralNet(NeuralNet):
                          callbacks=callbacks, warm_start=warm_start, **kwargs)
         self.sampler = sampler
         self.n_draws = n_draws
+        self.n_chains = n_chains
+        self.n_jobs = n_jobs
         self.burn_in = burn_in
         self.thinning = thinning
         self.prior_scale = prior_scale
@@ -245,6 +268,7 @@ class BayesianNeuralNet(NeuralNet):
         super().initialize()
         self.sampler_state_ = None
         self.trace_ = None
+        self.shards_ = None
         return self
 
     # ------------------------------------------------------------------ #
@@ -288,30 +312,46 @@ class BayesianNeuralNet(NeuralNet):
         self.device_ = resolve_device(self.device)
         rng = check_random_state(self.random_state)
         seed_module, seed_data, seed_noise = (int(s) for s in rng.randint(0, 2**31 - 1, size=3))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed_module)
-            module = self._build_module()
-        with self._current_init_context("module"):
-            self.module_ = module.to(self.device_)
-        with self._current_init_context("criterion"):
-            self.criterion_ = self._build_likelihood().to(self.device_)
-        self.prior_ = make_prior(self.prior_scale)
-        self.posterior_ = Posterior(self.module_, self.criterion_, self.prior_, n_data)
         sampler_params = self.get_params_for("sampler")
         sampler_cls = self._sampler_class()
+        explicit = isinstance(self.sampler, Sampler)
         if "adaptation_steps" in sampler_cls.hyperparameter_names() and "adaptation_steps" not in sampler_params \
-                and not isinstance(self.sampler, Sampler):
+                and not explicit:
             sampler_params["adaptation_steps"] = self.burn_in  # tune during burn-in only
         self.sampler_ = make_sampler(self.sampler, **sampler_params)
-        if self.sampler_.name == "hmc" and self._resolve_batch_size(n_data) < n_data:
+        if "n_steps" in sampler_cls.hyperparameter_names() and "n_steps" not in sampler_params and not explicit:
+            # samplers whose schedule spans the run (pt-langevin's tempering phase) get the planned length
+            steps = self._planned_epochs(n_data) * self._batches_per_epoch(n_data)
+            self.sampler_ = make_sampler(self.sampler, **{**sampler_params, "n_steps": steps})
+        if getattr(self.sampler_, "exact_potential", False) and self._resolve_batch_size(n_data) < n_data:
             warnings.warn(
-                f"hmc with mini-batches (batch_size={self.batch_size} < {n_data} rows): the Metropolis-Hastings "
-                "test compares noisy energies and is no longer exact; use batch_size=-1 for exact HMC.",
-                UserWarning, stacklevel=3)
+                f"{self.sampler_.name} with mini-batches (batch_size={self.batch_size} < {n_data} rows): the "
+                "Metropolis-Hastings test compares noisy energies and is no longer exact; use batch_size=-1 for an "
+                "exact test.", UserWarning, stacklevel=3)
+        # every packed member (chain, tempering replica, ensemble walker) starts from its own initialisation
+        n_members = int(self.n_chains) * self.sampler_.members_per_chain()
+        members = []
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_module)
+            for _ in range(n_members):
+                module, likelihood = self._build_module(), self._build_likelihood()
+                members.append([p for p in module.parameters() if p.requires_grad]
+                               + [p for p in likelihood.parameters() if p.requires_grad])
+                if not members[1:]:
+                    template = (module, likelihood)
+        with self._current_init_context("module"):
+            self.module_ = template[0].to(self.device_)
+        with self._current_init_context("criterion"):
+            self.criterion_ = template[1].to(self.device_)
+        self.prior_ = make_prior(self.prior_scale)
+        members = [[p.to(self.device_) for p in m] for m in members]
+        self.posterior_ = ChainPosterior(self.module_, self.criterion_, self.prior_, n_data, members)
         self.data_generator_ = torch.Generator().manual_seed(seed_data)
         self.noise_generator_ = torch.Generator(device=self.device_).manual_seed(seed_noise)
-        self.sampler_state_ = self.sampler_.init(self.posterior_.parameters, self.noise_generator_)
-        self.trace_ = Trace(self.n_draws, burn_in=self.burn_in, thinning=self._resolve_thinning())
+        self.sampler_state_ = self.sampler_.init(self.posterior_.parameters, self.noise_generator_,
+                                                 n_chains=int(self.n_chains))
+        self.trace_ = Trace(self.n_draws, burn_in=self.burn_in, thinning=self._resolve_thinning(),
+                            n_slots=n_members, chain_axis=True)
         self.n_train_ = n_data
         self.last_info_ = {}
 
@@ -320,8 +360,7 @@ class BayesianNeuralNet(NeuralNet):
         samplers and the full batch for ``hmc``, whose Metropolis test needs exact energies."""
         bs = self.batch_size if batch_size is None else batch_size
         if bs == "auto":
-            name = self.sampler if isinstance(self.sampler, str) else getattr(self.sampler, "name", "")
-            bs = -1 if name == "hmc" else 128
+            bs = -1 if getattr(self._sampler_class(), "exact_potential", False) else 128
         return n_data if bs == -1 else min(int(bs), n_data)
 
     def _resolve_thinning(self) -> int:
@@ -395,6 +434,8 @@ class BayesianNeuralNet(NeuralNet):
             )
         if not self.initialized_:
             self.initialize()
+        if self._n_shards() > 1 or getattr(self, "shards_", None):
+            return self._partial_fit_shards(X, y, classes)
         fresh = getattr(self, "sampler_state_", None) is None
         X, y = self._validate_fit_data(X, y, reset=fresh, classes=classes)
         if fresh:
@@ -418,10 +459,86 @@ class BayesianNeuralNet(NeuralNet):
                 if isinstance(cb, SamplingProgressBar):
                     cb.close()
             self.diagnostics_ = self._summarise_diagnostics()
+            self._sync_module()
         return self
 
-    def _draws_this_call(self) -> int:
-        return getattr(self.trace_, "n_kept", 0) - getattr(self, "_kept_at_start", 0)
+    # ------------------------------------------------------------------ #
+    # chains in separate processes (joblib: loky locally, dask on a cluster)
+    # ------------------------------------------------------------------ #
+    def _n_shards(self) -> int:
+        """Groups of chains fitted in separate joblib workers: 1 unless ``n_jobs`` is set and there are
+        several chains."""
+        if self.n_jobs is None or int(self.n_chains) < 2:
+            return 1
+        return max(1, min(int(self.n_chains), joblib.effective_n_jobs(self.n_jobs)))
+
+    def _partial_fit_shards(self, X, y, classes):
+        """Split the ``n_chains`` chains into ``n_jobs`` groups, each fitted (vectorised) by a clone of this
+        estimator in a joblib worker, then merge their traces. The groups are independent until the end of
+        the call, their only synchronisation point; tempering replicas and ensemble walkers stay with their
+        chain, vectorised in one worker. A later ``partial_fit`` continues every group where it stopped."""
+        fresh = not getattr(self, "shards_", None)
+        self._validate_fit_data(X, y, reset=fresh, classes=classes)  # bad data fails here, before any worker starts
+        self._validate_hyperparameters()
+        if fresh:
+            rng = check_random_state(self.random_state)
+            groups = np.array_split(np.arange(int(self.n_chains)), self._n_shards())
+            shards = [clone(self).set_params(n_chains=len(g), n_jobs=None, verbose=0,
+                                             random_state=int(rng.randint(0, 2**31 - 1))) for g in groups]
+        else:
+            # settings a continuing chain can take: the sampler's and the run length (as partial_fit without n_jobs)
+            params = {k: v for k, v in self.get_params(deep=False).items()
+                      if k.startswith("sampler") or k in ("max_epochs", "batch_size")}
+            shards = [shard.set_params(**params) for shard in self.shards_]
+        shards = joblib.Parallel(n_jobs=self.n_jobs)(
+            joblib.delayed(_partial_fit_shard)(shard, X, y, classes) for shard in shards)
+        self._merge_shards(shards)
+        return self
+
+    def _merge_shards(self, shards) -> None:
+        self.shards_ = list(shards)
+        first = shards[0]
+        for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_",
+                     "feature_names_in_", "device_", "prior_", "sampler_", "n_train_", "history_"):
+            if attr in vars(first):
+                setattr(self, attr, getattr(first, attr))
+        with self._current_init_context("module"):
+            self.module_ = first.module_
+        with self._current_init_context("criterion"):
+            self.criterion_ = first.criterion_
+        self.trace_ = Trace.concatenate([shard.trace_ for shard in shards])
+        self.n_steps_planned_ = first.n_steps_planned_
+        summary = {}
+        for key, val in first.diagnostics_.items():
+            values = [shard.diagnostics_.get(key) for shard in shards]
+            if all(isinstance(v, (int, float, np.floating)) for v in values):
+                summary[key] = float(np.mean(values)) if not isinstance(val, int) else int(sum(values))
+            elif all(isinstance(v, np.ndarray) for v in values):
+                summary[key] = np.concatenate(values)
+        summary["n_steps"] = first.diagnostics_["n_steps"]
+        self.convergence_ = self._convergence()
+        summary.pop("max_rhat", None), summary.pop("min_ess_bulk", None)
+        if self.convergence_:
+            summary["max_rhat"] = max(v["rhat"] for v in self.convergence_.values())
+            summary["min_ess_bulk"] = min(v["ess_bulk"] for v in self.convergence_.values())
+        self.diagnostics_ = summary
+
+    def _sync_module(self) -> None:
+        """Copy the first chain's current position into ``module_`` (and ``criterion_``), so that the
+        network object shows where sampling stopped."""
+        posterior = getattr(self, "posterior_", None)
+        if posterior is None:
+            return
+        own = [p for p in self.module_.parameters() if p.requires_grad] \
+            + [p for p in self.criterion_.parameters() if p.requires_grad]
+        with torch.no_grad():
+            for p, stacked in zip(own, posterior.parameters):
+                p.copy_(stacked[0])
+
+    def _draws_this_call(self) -> float:
+        """Draws stored since this call began, per slot (chain) on average."""
+        kept = getattr(self.trace_, "n_kept", 0) - getattr(self, "_kept_at_start", 0)
+        return kept / getattr(self.trace_, "n_slots", 1)
 
     def _collect_missing_draws(self, X, y, epochs: int) -> None:
         """For samplers that collect only some steps (tacthmc: at unit temperature), the planned run can
@@ -471,7 +588,21 @@ class BayesianNeuralNet(NeuralNet):
         if "divergent" in summary:
             summary["n_divergent"] = int(round(summary.pop("divergent") * len(kept)))
         summary["n_steps"] = len(steps)
+        for key, val in self.sampler_.state_summary(self.sampler_state_).items():
+            summary[key] = val
+        self.convergence_ = self._convergence()
+        if self.convergence_:
+            summary["max_rhat"] = max(v["rhat"] for v in self.convergence_.values())
+            summary["min_ess_bulk"] = min(v["ess_bulk"] for v in self.convergence_.values())
         return summary
+
+    def _convergence(self) -> dict:
+        """Rank-normalised split R-hat and bulk ESS of the potential and three fixed random projections of the
+        weights, over the draws of all chains (the slots with draws, cut to a common length)."""
+        trace = getattr(self, "trace_", None)
+        if trace is None or len(trace) == 0:
+            return {}
+        return chain_summaries(trace.as_array(), trace.as_array(potentials=True))
 
     def train_step(self, batch, **fit_params):
         """One sampler transition on ``batch``; returns skorch's step dict.
@@ -480,11 +611,13 @@ class BayesianNeuralNet(NeuralNet):
         """
         state, info = self.sampler_.step(self.sampler_state_, self.posterior_, batch, self.noise_generator_)
         step = state.step
-        potential = float(info.potential)
-        if not math.isfinite(potential):
-            self._raise_divergence(step, f"potential became {potential}")
+        finite = torch.isfinite(info.potential)
+        if not bool(finite.all()):
+            bad = (~finite).reshape(-1).nonzero().reshape(-1).tolist()
+            where = f" in chain axis member(s) {bad}" if finite.numel() > 1 else ""
+            self._raise_divergence(step, f"potential became {info.potential.reshape(-1)[bad[0]].item()}{where}")
         try:
-            self.trace_.offer(step, state.position, potential, info.is_draw)
+            self.trace_.offer(step, state.position, info.potential, info.is_draw)
         except FloatingPointError:
             self._raise_divergence(step, "parameters became non-finite")
         scalars = info.scalars()
@@ -494,7 +627,7 @@ class BayesianNeuralNet(NeuralNet):
         if getattr(self, "_stop_when_full", False) and self._draws_this_call() >= self.n_draws:
             self._trace_full = True
             raise KeyboardInterrupt  # skorch's way to end training early; partial_fit catches it
-        return {"loss": info.potential / self.n_train_, "y_pred": None}
+        return {"loss": info.potential.mean() / self.n_train_, "y_pred": None}
 
     def _raise_divergence(self, step: int, what: str):
         hint = self.sampler_.divergence_hint(self.sampler_state_)

@@ -102,11 +102,12 @@ class SamplerState:
     def __setstate__(self, state):
         # pickle does not keep views sharing storage: make the momenta views of
         # the flat buffer again, as the kernels update one through the other.
+        from .integrators import momentum_views
+
         self.__dict__.update(state)
         flat = self.extra.get("flat_momentum")
         if flat is not None and self.momentum is not None:
-            sizes = [m.numel() for m in self.momentum]
-            self.momentum = [c.view_as(m) for c, m in zip(flat.split(sizes), self.momentum)]
+            self.momentum = momentum_views(flat, self.momentum)
 
 
 @dataclass
@@ -173,6 +174,8 @@ class Sampler:
     name: ClassVar[str] = ""
     #: thinning the estimators use for ``thinning="auto"`` (samplers that thin themselves use 1)
     default_thinning: ClassVar[int] = 10
+    #: whether the kernel's Metropolis test needs the exact (full-batch) potential (estimators then default to it)
+    exact_potential: ClassVar[bool] = False
     _positive: ClassVar[tuple[str, ...]] = ()
     _non_negative: ClassVar[tuple[str, ...]] = ()
 
@@ -213,6 +216,10 @@ class Sampler:
         """Expected number of steps per candidate draw (``StepInfo.is_draw``); 1 unless the sampler
         collects only some of its steps, as TACT-HMC does. The estimators plan their run length with it."""
         return 1.0
+
+    def state_summary(self, state: SamplerState) -> dict:
+        """Run-level diagnostics kept in the state (acceptance and swap rates, ...), for ``diagnostics_``."""
+        return {}
 
     def divergence_hint(self, state: SamplerState) -> str:
         """The settings to name when this chain diverges (the estimators put it in ``DivergenceError``)."""

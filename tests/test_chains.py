@@ -1,0 +1,230 @@
+"""The chain axis: per-chain kernels, the per-slot trace, convergence diagnostics, n_chains and n_jobs in the
+estimators (loky and dask)."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris
+
+from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor
+from bayesnet.diagnostics import bulk_effective_sample_size, chain_summaries, rank_normalized_split_rhat
+from bayesnet.samplers import make_sampler
+from bayesnet.synthetic import four_modes_2d
+from bayesnet.trace import Trace
+from targets import correlated_gaussian, moment_errors
+
+# ---------------------------------------------------------------------- #
+# kernels with a chain axis: one thermostat / one Metropolis test per chain
+# ---------------------------------------------------------------------- #
+CHAIN_CASES = [
+    ("sgld", dict(step_size=2e-3)),
+    ("sghmc", dict(step_size=2e-3, friction=0.02)),
+    ("sgnht", dict(step_size=2e-3, noise=0.02)),
+    ("baoab", dict(step_size=0.1, friction=1.0)),
+    ("hmc", dict(step_size=0.5, n_leapfrog=5)),
+]
+
+
+@pytest.mark.parametrize("name,hyper", CHAIN_CASES, ids=[c[0] for c in CHAIN_CASES])
+def test_every_kernel_samples_with_a_chain_axis(name, hyper):
+    """``init(..., n_chains=C)`` with one potential per chain: per-chain kinetic temperatures (and thermostats,
+    Metropolis tests) and the right moments; tolerances from the measured ESS (+ the suite's 0.03 allowance
+    for the discretised kernels, none for hmc, which is exact)."""
+    C = 1024
+    target = correlated_gaussian(C, per_chain=True)
+    sampler = make_sampler(name, **hyper)
+    gen = torch.Generator().manual_seed(0)
+    state = sampler.init(target.potential.parameters, gen, n_chains=C)
+    kept, kinetic = [], []
+    steps = 800 if name == "hmc" else 3000
+    for k in range(1, steps + 1):
+        state, info = sampler.step(state, target.potential, None, gen)
+        if k > steps // 4 and k % (1 if name == "hmc" else 10) == 0:
+            kept.append(state.position[0].detach().numpy().copy())
+        if info.kinetic_temperature is not None:
+            assert info.kinetic_temperature.shape == (C,)
+            kinetic.append(info.kinetic_temperature.numpy().copy())
+    assert info.potential.shape == (C,)
+    err = moment_errors(np.stack(kept, axis=1), target.mean, target.cov)
+    allowance = 0.0 if name == "hmc" else 0.03
+    print(name, {k: round(float(v), 4) for k, v in err.items()})
+    assert err["ess"] > 300
+    assert err["mean_err"] <= err["mean_tol"] + allowance
+    assert err["cov_err"] <= err["cov_tol"] + allowance
+    if kinetic:  # each chain's own kinetic temperature averages to T = 1
+        per_chain = np.mean(kinetic[len(kinetic) // 4:], axis=0)
+        assert abs(per_chain.mean() - 1.0) < 0.05
+    if name == "sgnht":
+        assert state.extra["thermostat"].shape == (C,)
+    if name == "hmc":
+        assert state.extra["accepted_total"].shape == (C,) and float(info.extra["accept_prob"].mean()) > 0.5
+
+
+def test_chain_axis_is_validated():
+    target = correlated_gaussian(3, per_chain=True)
+    with pytest.raises(ValueError, match="leading axis of 4"):
+        make_sampler("sghmc").init(target.potential.parameters, None, n_chains=4)
+
+
+MODE_CASES = [
+    ("sgld", dict(step_size=0.01)),
+    ("sghmc", dict(step_size=0.01, friction=0.1)),
+    ("sgnht", dict(step_size=0.01, noise=0.1)),
+    ("baoab", dict(step_size=0.2, friction=1.0)),
+    ("hmc", dict(step_size=0.2, n_leapfrog=5)),
+    ("tacthmc", dict(step_size=0.01, steps_per_sample=1, tempering=False)),
+]
+
+
+def _mode_of(points, centres):
+    return np.argmin(((points[..., None, :] - centres) ** 2).sum(-1), axis=-1)
+
+
+@pytest.mark.parametrize("name,hyper", MODE_CASES, ids=[c[0] for c in MODE_CASES])
+def test_four_chains_cover_the_modes_and_rhat_flags_them(name, hyper):
+    """Paper 000 Fig. 2's four-mode mixture (modes 5 sd apart): a single chain stays in the mode it starts in;
+    four chains from overdispersed starts (one per quadrant, 1 nat above its mode) together visit all four modes, and split R-hat,
+    far above 1.01, reports that they have not mixed (their weights are not the mixture's)."""
+    mix = four_modes_2d(4, gradient_noise=0.0)
+    centres, pot = mix.means, mix.potential
+    with torch.no_grad():
+        pot.parameters[0].copy_(torch.tensor([[-3.0, -3.0], [3.0, -3.0], [-3.0, 3.0], [3.0, 3.0]]))
+    sampler = make_sampler(name, **hyper)
+    gen = torch.Generator().manual_seed(1)
+    state = sampler.init(pot.parameters, gen, n_chains=4)
+    draws = []
+    for k in range(1000):
+        state, _ = sampler.step(state, pot, None, gen)
+        if k >= 200:
+            draws.append(state.position[0].detach().numpy().copy())
+    draws = np.stack(draws, axis=1)  # (chain, draw, 2)
+    modes = _mode_of(draws, centres)
+    assert all(len(np.unique(m)) == 1 for m in modes)  # each chain stuck where it started
+    assert len(np.unique(modes)) == 4  # together: every mode
+    assert rank_normalized_split_rhat(draws[:, :, 0]) > 1.5
+
+
+def test_pt_langevin_one_chain_visits_every_mode():
+    """Where one chain of any of the above stays in one mode, the temperature-1 replica of one pt-langevin
+    chain (5 replicas up to T = 16) visits all four."""
+    R = 5
+    mix = four_modes_2d(R, gradient_noise=0.0)  # every replica starts in the lightest mode
+    centres, pot = mix.means, mix.potential
+    sampler = make_sampler("pt-langevin", n_replicas=R, max_temperature=16.0, step_size=0.8, swap_interval=1)
+    gen = torch.Generator().manual_seed(0)
+    state = sampler.init(pot.parameters, gen)
+    cold = []
+    for k in range(3000):
+        state, info = sampler.step(state, pot, None, gen)
+        if k >= 500:
+            cold.append(state.position[0][0].detach().numpy().copy())
+    assert len(np.unique(_mode_of(np.array(cold), centres))) == 4
+
+
+# ---------------------------------------------------------------------- #
+# the per-slot trace and the diagnostics
+# ---------------------------------------------------------------------- #
+def test_trace_keeps_each_slot_apart():
+    trace = Trace(n_draws=3, burn_in=1, thinning=2, n_slots=2)
+    for step in range(1, 12):
+        pos = [torch.tensor([[step, 0.0], [step, 1.0]])]
+        flags = torch.tensor([True, step % 2 == 0])
+        trace.offer(step, pos, torch.tensor([float(step), -float(step)]), flags)
+    per_slot = trace.draws(per_slot=True)
+    # slot 0: candidates 2..11, every 2nd kept (2, 4, 6, 8, 10), ring of 3 -> 6, 8, 10
+    assert per_slot[0][:, 0].tolist() == [6.0, 8.0, 10.0]
+    # slot 1: candidates at even steps 2..10, every 2nd kept (2, 6, 10)
+    assert per_slot[1][:, 0].tolist() == [2.0, 6.0, 10.0] and (per_slot[1][:, 1] == 1).all()
+    assert len(trace) == 6 and trace.as_array().shape == (2, 3, 2)
+    assert trace.as_array(potentials=True)[1].tolist() == [-2.0, -6.0, -10.0]
+    both = Trace.concatenate([trace, trace])
+    assert both.n_slots == 4 and len(both) == 12 and both.slot_of_draw().tolist() == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+    with pytest.raises(ValueError, match="different"):
+        Trace.concatenate([trace, Trace(n_draws=4)])
+
+
+def test_rank_normalised_rhat_and_bulk_ess():
+    rng = np.random.default_rng(0)
+    iid = rng.standard_cauchy(size=(4, 1000))  # heavy tails: ranks make it well defined
+    assert rank_normalized_split_rhat(iid) < 1.01
+    assert 3000 < bulk_effective_sample_size(iid) < 5000
+    shifted = iid + np.arange(4)[:, None] * 3.0
+    assert rank_normalized_split_rhat(shifted) > 1.1
+    ar = np.zeros((4, 2000))
+    for t in range(1, 2000):  # AR(1) with rho = 0.9: ESS about n (1 - rho) / (1 + rho)
+        ar[:, t] = 0.9 * ar[:, t - 1] + rng.normal(size=4)
+    assert 200 < bulk_effective_sample_size(ar) < 800
+    summary = chain_summaries(rng.normal(size=(3, 50, 7)), rng.normal(size=(3, 50)))
+    assert set(summary) == {"potential", "projection_0", "projection_1", "projection_2"}
+
+
+# ---------------------------------------------------------------------- #
+# estimators
+# ---------------------------------------------------------------------- #
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return (X - X.mean(0)) / X.std(0), y
+
+
+def test_estimator_chains_are_vectorised_and_diagnosed(iris):
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), n_draws=20, burn_in=200, random_state=0, sampler__step_size=1e-3)
+    clf = BayesianMLPClassifier(n_chains=3, **kw).fit(X, y)
+    assert clf.posterior_.parameters[0].shape == (3, 8, 4)
+    assert clf.trace_.n_slots == 3 and len(clf.trace_) == 60 and clf.predict_draws(X).shape == (60, 150, 3)
+    assert set(clf.convergence_) == {"potential", "projection_0", "projection_1", "projection_2"}
+    assert clf.diagnostics_["max_rhat"] >= 1.0 and clf.diagnostics_["min_ess_bulk"] > 0
+    assert clf.score(X, y) > 0.85
+    # chains start apart and stay distinct; the same seed gives the same chains
+    draws = clf.trace_.draws(per_slot=True)
+    assert not torch.allclose(draws[0], draws[1])
+    same = BayesianMLPClassifier(n_chains=3, **kw).fit(X, y)
+    torch.testing.assert_close(same.trace_.draws(), clf.trace_.draws())
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_allclose(again.predict_proba(X), clf.predict_proba(X))
+    again.partial_fit(X, y)  # 400 more steps, all after burn-in: 40 more draws per chain
+    assert (again.trace_.kept_per_slot == 60).all() and (again.trace_.stored_per_slot == 20).all()
+
+
+def test_regressor_with_chains(iris):
+    X, _ = iris
+    reg = BayesianMLPRegressor((8,), n_chains=2, n_draws=10, burn_in=100, random_state=0).fit(X[:, :3], X[:, 3])
+    mean, std = reg.predict(X[:, :3], return_std=True)
+    assert mean.shape == std.shape == (150,) and np.all(std > 0)
+    assert reg.predict_draws(X[:, :3], return_noise_std=True)[1].shape == (20,)
+
+
+def test_divergence_names_the_chain(iris):
+    from bayesnet import DivergenceError
+
+    X, y = iris
+    clf = BayesianMLPClassifier((8,), n_chains=2, sampler="sgld", sampler__step_size=50.0, n_draws=5, burn_in=5,
+                                random_state=0)
+    with pytest.raises(DivergenceError, match="chain axis member"):
+        clf.fit(X, y)
+
+
+def test_n_jobs_runs_chains_in_processes_and_on_dask(iris):
+    """Chains split over two loky workers; the same fit through joblib's dask backend on a LocalCluster gives
+    the same draws (same per-group seeds), and partial_fit continues every group."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), n_chains=4, n_jobs=2, n_draws=10, burn_in=100, random_state=0,
+              sampler__step_size=1e-3)
+    clf = BayesianMLPClassifier(**kw).fit(X, y)
+    assert len(clf.shards_) == 2 and clf.trace_.n_slots == 4 and len(clf.trace_) == 40
+    assert "max_rhat" in clf.diagnostics_ and clf.score(X, y) > 0.8
+    clf.partial_fit(X, y)
+    assert (clf.trace_.kept_per_slot == 30).all() and clf.shards_[0].sampler_state_.step == 400
+
+    distributed = pytest.importorskip("distributed")
+    import joblib
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        with joblib.parallel_config(backend="dask"):
+            on_dask = BayesianMLPClassifier(**kw).fit(X, y)
+    first = BayesianMLPClassifier(**kw).fit(X, y)
+    np.testing.assert_allclose(on_dask.predict_proba(X), first.predict_proba(X), rtol=1e-6)
