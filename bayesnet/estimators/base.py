@@ -513,8 +513,8 @@ class BayesianNeuralNet(NeuralNet):
             values = [shard.diagnostics_.get(key) for shard in shards]
             if all(isinstance(v, (int, float, np.floating)) for v in values):
                 summary[key] = float(np.mean(values)) if not isinstance(val, int) else int(sum(values))
-            elif all(isinstance(v, np.ndarray) for v in values):
-                summary[key] = np.concatenate(values)
+            elif all(isinstance(v, (list, np.ndarray)) for v in values):  # per chain / replica / pair
+                summary[key] = [x for v in values for x in v]
         summary["n_steps"] = first.diagnostics_["n_steps"]
         self.convergence_ = self._convergence()
         summary.pop("max_rhat", None), summary.pop("min_ess_bulk", None)

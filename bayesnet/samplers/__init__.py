@@ -22,6 +22,7 @@ from .sgnht import SGNHT
 from .hmc import HMC
 from .tacthmc import TACTHMC
 from .pt_langevin import PTLangevin
+from .eqn import EQN
 
 __all__ = [
     "DivergenceError",
@@ -40,4 +41,5 @@ __all__ = [
     "SGNHT",
     "TACTHMC",
     "PTLangevin",
+    "EQN",
 ]

@@ -1,0 +1,381 @@
+"""Ensemble quasi-Newton (EQN): BAOAB preconditioned by the covariance of the other walkers."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from .integrators import (
+    chain_numel,
+    exact_ou_coefficients,
+    gaussian_momentum,
+    gradient_step,
+    ornstein_uhlenbeck_step,
+    position_step,
+    squared_norm,
+)
+
+__all__ = ["EQN"]
+
+
+def _selection(n_walkers: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    r"""The centring maps :math:`A_i`, shape ``(L, L, L - 1)``.
+
+    Column ``n`` of ``A[i]`` is :math:`(e_{j_n} - \frac{1}{L-1}\sum_{k \ne i} e_k)/\sqrt{L-1}`, ``j_n`` the
+    ``n``-th walker other than ``i``, so that :math:`X_i = P^\top A_i` holds the other walkers' deviations
+    from their mean, scaled so that :math:`X_i X_i^\top` is their covariance (Listing 3's normalisation).
+    Its columns sum to zero, so :math:`P^\top A_i` does not change when a common vector is subtracted from
+    the rows of the snapshot :math:`P`.
+    """
+    L = n_walkers
+    eye = torch.eye(L, dtype=dtype, device=device)
+    cols = torch.arange(L - 1, device=device)
+    others = cols[None, :] + (cols[None, :] >= torch.arange(L, device=device)[:, None]).long()  # (L, L-1)
+    pick = eye[:, others].permute(1, 0, 2)  # (i, k, n) = [k == others[i, n]]
+    mask = 1.0 - eye  # (i, k) = [k != i]
+    return (pick - mask[:, :, None] / (L - 1)) / math.sqrt(L - 1)
+
+
+@register_sampler
+class EQN(Sampler):
+    r"""Ensemble quasi-Newton Langevin dynamics (paper 004 Sec. 2, eqs. 16-19; Listing 3).
+
+    ``L = n_walkers`` walkers per chain move together. Walker :math:`i`
+    follows Langevin dynamics preconditioned by a symmetric matrix
+    :math:`B_i` built from the positions of the *other* walkers of its chain
+    (paper 004 eqs. 16-17, unit mass):
+
+    .. math::
+
+        d\theta_i = B_i p_i\,dt, \qquad
+        dp_i = -B_i^\top \nabla U(\theta_i)\,dt + \operatorname{div}(B_i^\top)\,dt
+               - \gamma p_i\,dt + \sqrt{2\gamma T}\,dW_i,
+
+    discretised by the BAOAB variant of eq. (18): one step of length
+    :math:`\varepsilon` is
+
+    .. math::
+
+        p &\leftarrow p - \tfrac{\varepsilon}{2} B_i^\top \nabla U(\theta) &\text{(18a)}\\
+        \theta &\leftarrow \theta + \tfrac{\varepsilon}{2} B_i p &\text{(18b)}\\
+        p &\leftarrow a p + \sqrt{(1 - a^2) T}\, R, \quad a = e^{-\gamma\varepsilon} &\text{(18c)}\\
+        \theta &\leftarrow \theta + \tfrac{\varepsilon}{2} B_i p &\text{(18d)}\\
+        p &\leftarrow p - \tfrac{\varepsilon}{2} B_i^\top \nabla U(\theta) &\text{(18e)}
+
+    with the covariance-blended preconditioner of eq. (19),
+
+    .. math::
+
+        B_i = \big(I + \eta \operatorname{cov}(\theta_{[i]})\big)^{1/2},
+
+    :math:`\theta_{[i]}` the ``L - 1`` other walkers of the chain, whose mean
+    and covariance are normalised by :math:`1/(L-1)` as in Listing 3. As in
+    the paper and the code of its reference [56], :math:`B_i` is recomputed
+    only every ``covariance_interval`` steps, from the positions at that
+    moment, and frozen in between: it is then independent of
+    :math:`\theta_i`, so the divergence term :math:`\operatorname{div}(B_i^\top)`
+    of (17) and (18c) vanishes and (18b) is explicit. With :math:`B_i` fixed
+    the step is exactly BAOAB for :math:`q = B_i^{-1}\theta`, so it keeps
+    :math:`\exp(-U/T)` up to BAOAB's discretisation error (none in the
+    configurational marginal of a Gaussian). Each walker's position after
+    each step is a draw of the target. For a Gaussian target whose
+    covariance the walkers estimate well, :math:`B_i \nabla U` rescales
+    every direction to a curvature near :math:`\eta + 1/\sigma^2`, so the
+    slow (wide) directions relax about as fast as the stiff ones (paper 004
+    Sec. 5.3.2, Fig. 13).
+
+    Parameters
+    ----------
+    step_size : float, default=0.01
+        Time step :math:`\varepsilon > 0`, in the units of :class:`BAOAB`'s
+        (``p`` has units of :math:`\sqrt{T}`). The preconditioner lowers the
+        stable step: along a deviation :math:`d` of another walker
+        (:math:`d^\top \nabla^2 U\, d \approx T D` near a Gaussian mode) the
+        preconditioned curvature is about
+        :math:`\lambda + \eta\, T D_{\mathrm{eff}} / (L - 1)`, with
+        :math:`D_{\mathrm{eff}}` the number of directions the target
+        constrains (at most :math:`D`), whatever their scales. Keep
+        :math:`\varepsilon \sqrt{\lambda_{\max}(\nabla^2 U) + \eta T D / (L - 1)} \lesssim 1.5`
+        (measured on the Gaussians of paper 004 Sec. 5.3.2 with
+        :math:`\eta = 10`: ``D = 64, L = 8`` runs at 0.125 and diverges at
+        0.18; ``L = 4`` diverges at 0.11; ``D = 256, L = 8`` runs at 0.07 and
+        diverges at 0.1). For many parameters this calls for a small
+        :math:`\eta` or step, e.g. :math:`\varepsilon \lesssim 0.012` for
+        :math:`D = 10^4`, ``L = 8``, :math:`\eta = 10`, :math:`T = 1`.
+    friction : float, default=1.0
+        :math:`\gamma > 0` per unit time.
+    temperature : float, default=1.0
+        :math:`T = 1/\beta > 0`.
+    n_walkers : int, default=8
+        :math:`L \ge 1` walkers per chain. ``L = 1`` (no other walker) and
+        ``L = 2`` (one other walker, covariance zero) give :math:`B = I`:
+        BAOAB on every walker.
+    covariance_blending : float, default=10.0
+        :math:`\eta \ge 0` of eq. (19), in units of 1 / (position units)^2;
+        ``0`` gives BAOAB on every walker. Paper 004 uses 10 for the Gaussian
+        models of Sec. 5.3.2 and up to 1e4 for MNIST (Sec. 5.3.3). It sets
+        the stable step size (see ``step_size``).
+    covariance_interval : int, default=1000
+        Steps between two updates of the :math:`B_i` (:math:`\ge 1`); the
+        paper updates "typically every 1,000 steps" (Sec. 2). The first update happens at the
+        start of step ``covariance_interval`` (:math:`B_i = I` before, as
+        Listing 3 starts from identity matrices), so that the walkers first
+        equilibrate independently under plain BAOAB rather than being
+        preconditioned by the spread of their initialisation. The interval
+        is a bias trade-off, not only a cost one: each walker keeps the
+        target exactly only while its :math:`B_i` is independent of its own
+        position, which holds at an update when the walkers have decorrelated
+        since the previous one; updating more often than the walkers
+        decorrelate biases the ensemble (simultaneous moves with stale
+        :math:`B_i`). Measured on the 64-D Gaussian of paper 004 Sec. 5.3.2
+        (variances 1..100, :math:`\varepsilon = 0.125`, :math:`\gamma = 1`,
+        :math:`\eta = 10`, ``L = 8``, 2e4 steps, 16 chains): the variance
+        of the four slowest directions came out 0.99, 1.03, 1.01, 0.97
+        (+-0.03) of the truth with 1000, 0.78-0.82 with 100, 0.19-0.24 with
+        10 or 1 (the 7 other walkers span 6 of the 64 directions); in 4-D,
+        where the walkers decorrelate within a few steps, 100 is unbiased. With the
+        estimators' defaults (``burn_in=1000``, about 2000 steps) the single
+        update comes at the end of the burn-in, from walkers that ran
+        independently: every kept draw then uses one :math:`B_i` that is
+        independent of its walker. An update costs :math:`O(L^2 D)` per
+        chain plus ``L`` eigendecompositions of size ``L - 1``.
+
+    Raises
+    ------
+    ValueError
+        On non-positive ``step_size``, ``friction`` or ``temperature``, a
+        negative ``covariance_blending``, or ``n_walkers`` /
+        ``covariance_interval`` that are not integers >= 1; from
+        :meth:`init`, on position tensors without the leading axis of
+        ``n_chains * n_walkers`` members.
+
+    Notes
+    -----
+    Layout: every position tensor has a leading axis of
+    ``S = n_chains * n_walkers`` packed members, chain major (walker ``m`` of
+    chain ``c`` at index ``c * n_walkers + m``; ``n_chains=None`` means one
+    chain, leading axis ``n_walkers``, or no chain axis at all when
+    ``n_walkers == 1``). The potential returns one value per walker, shape
+    ``(S,)``. Walkers of different chains never interact.
+
+    Cost: no :math:`D \times D` matrix is formed (:math:`D` = parameters per
+    walker). At an update the centred snapshot :math:`P` (``(L, D)`` per
+    chain, stored like the positions) and its ``L x L`` Gram matrix give
+    :math:`G_i = X_i^\top X_i = A_i^\top P P^\top A_i` for all walkers at once
+    (``X_i = P^T A_i``, see ``_selection``); with
+    :math:`G_i = V \operatorname{diag}(s) V^\top`,
+
+    .. math::
+
+        B_i = I + X_i V \operatorname{diag}(f(s)) V^\top X_i^\top
+            = I + P^\top M_i P, \qquad
+        f(s) = \frac{\sqrt{1 + \eta s} - 1}{s} = \frac{\eta}{1 + \sqrt{1 + \eta s}},
+
+    the symmetric square root (:math:`B_i^\top = B_i`; Listing 3 uses a
+    Cholesky factor instead, which differs from it by a rotation and gives
+    the same invariant measure), exact whatever the rank of the covariance
+    (:math:`L - 1 < D` included). The ``L x L`` matrices :math:`M_i` are
+    kept; applying :math:`B_i` to a vector costs the ``L`` inner products
+    :math:`P v` and one combination of the ``L`` snapshot rows: :math:`O(LD)`
+    per walker. A step applies it twice (to the gradient and, for (18b) and
+    (18d) together, to the sum of the two momenta), and keeps
+    :math:`B_i\nabla U` for the next step's (18a): one gradient per step.
+    The state holds, besides the momenta, the gradient, :math:`B_i \nabla U`
+    and the snapshot (each the size of the positions) and the ``C L^3``
+    coefficients.
+
+    Exactness: the step conditional on :math:`B_i` preserves the target,
+    so a walker whose position is independent of its :math:`B_i` keeps
+    its law. After an update the walkers interact through their
+    :math:`B_i` and are no longer independent; the next update is then
+    biased unless they have decorrelated in between (see
+    ``covariance_interval``); the paper's infrequent updates keep this
+    small. (The continuous-time dynamics (16)-(17) with :math:`B_i` of the
+    current positions is exact, but its discretisation with simultaneous
+    moves converges to it only slowly as :math:`\varepsilon \to 0`, as
+    :math:`B_i` stretches the steps by up to :math:`\sqrt{\eta}\sigma`:
+    updating every step on the 16-D Gaussian of Sec. 5.3.2 with ``L = 8``
+    gave 0.4 of the slow variances at :math:`\varepsilon = 0.125` and 0.6
+    at 0.03.)
+
+    ``StepInfo``: ``potential``, ``kinetic_energy`` (:math:`|p|^2/2`) and
+    ``kinetic_temperature`` (:math:`|p|^2/D`) per walker, shape ``(S,)``
+    (0-d without a chain axis); ``extra["preconditioner_scale"]`` is the
+    largest eigenvalue :math:`\sqrt{1 + \eta\sigma^2_{\max}}` of each
+    walker's :math:`B_i` (1 before the first update).
+
+    References
+    ----------
+    Heber, Trstanova, Leimkuhler, "TATi" (paper 004), Sec. 2 eqs. (16)-(19)
+    and Sec. 5.3, Listing 3, Fig. 13; B. Leimkuhler, C. Matthews, J. Weare,
+    "Ensemble preconditioning for Markov chain Monte Carlo simulation",
+    Statistics and Computing 28, 277-290 (2018) (paper 004 ref. [56]).
+    """
+
+    name = "eqn"
+    _positive = ("step_size", "friction", "temperature")
+    _non_negative = ("covariance_blending",)
+
+    def __init__(self, step_size: float = 0.01, friction: float = 1.0, temperature: float = 1.0,
+                 n_walkers: int = 8, covariance_blending: float = 10.0, covariance_interval: int = 1000):
+        self.step_size = step_size
+        self.friction = friction
+        self.temperature = temperature
+        self.n_walkers = n_walkers
+        self.covariance_blending = covariance_blending
+        self.covariance_interval = covariance_interval
+        self._validate()
+
+    def _validate(self) -> None:
+        super()._validate()
+        for key in ("n_walkers", "covariance_interval"):
+            val = getattr(self, key)
+            if isinstance(val, bool) or not isinstance(val, Integral) or val < 1:
+                raise ValueError(f"{self.name}: {key} must be an integer >= 1, got {val!r}.")
+
+    def members_per_chain(self) -> int:
+        """The ``n_walkers`` walkers of one chain."""
+        return int(self.n_walkers)
+
+    def divergence_hint(self, state: SamplerState) -> str:
+        scale = state.extra.get("preconditioner_scale")
+        now = f", largest stretch now {float(scale.max()):.3g}" if isinstance(scale, Tensor) else ""
+        return (f"{super().divergence_hint(state)} or sampler__covariance_blending={self.covariance_blending:g} "
+                f"(the preconditioner stretches the step by up to sqrt(1 + eta * the walkers' variance){now})")
+
+    # ------------------------------------------------------------------ #
+    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+             n_chains: int | None = None) -> SamplerState:
+        """Start the walkers at ``position`` with momenta :math:`p \\sim \\mathcal N(0, T I)` and :math:`B_i = I`.
+
+        Parameters
+        ----------
+        position : sequence of Tensor
+            The parameters (used in place, not copied), each with a leading
+            axis of ``S = n_chains * n_walkers`` walkers (``n_walkers`` when
+            ``n_chains`` is None; no such axis needed when ``n_walkers == 1``
+            and ``n_chains`` is None).
+        generator : torch.Generator or None
+            Source of all randomness, on the position's device.
+        n_chains : int, optional
+            Number of independent ensembles on the leading axis.
+
+        Raises
+        ------
+        ValueError
+            If a position tensor lacks that leading axis.
+        """
+        position = list(position)
+        size = self._check_chain_axis(position, n_chains)
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator, size)
+        extra = {"flat_momentum": flat, "n_chains": n_chains, "members": size,
+                 "snapshot": None, "coefficients": None, "preconditioned_grad": None,
+                 "preconditioner_scale": None}
+        return SamplerState(position=position, momentum=momentum, extra=extra)
+
+    # ------------------------------------------------------------------ #
+    @torch.no_grad()
+    def update_preconditioner(self, state: SamplerState) -> None:
+        r"""Recompute every walker's :math:`B_i` (eq. 19) from the current positions.
+
+        Stores the centred snapshot :math:`P` (list of tensors shaped like the
+        positions), the coefficients :math:`M_i` (``(C, L, L, L)``) and the
+        largest eigenvalue of each :math:`B_i` (``(S,)``) in ``state.extra``.
+        :meth:`step` calls it every ``covariance_interval`` steps; a no-op
+        with fewer than 3 walkers per chain or :math:`\eta = 0` (:math:`B = I`).
+        """
+        ex = state.extra
+        S, L, eta = ex["members"], int(self.n_walkers), float(self.covariance_blending)
+        if S is None or L < 3 or eta == 0.0:
+            ex["snapshot"] = ex["coefficients"] = ex["preconditioned_grad"] = ex["preconditioner_scale"] = None
+            return
+        C = S // L
+        snapshot, gram = [], None
+        for t in state.position:
+            x = t.detach().reshape(C, L, -1)
+            x = x - x.mean(dim=1, keepdim=True)  # centring by the chain mean keeps the Gram matrix accurate
+            snapshot.append(x.reshape(t.shape))
+            k = torch.bmm(x, x.transpose(1, 2))
+            gram = k if gram is None else gram + k
+        gram = gram.to(torch.float64)
+        gram = torch.where(torch.isfinite(gram), gram, torch.zeros_like(gram))  # a diverged chain stays NaN anyway
+        A = _selection(L, torch.float64, gram.device)  # (L, L, L-1)
+        G = torch.einsum("ikm,ckl,iln->cimn", A, gram, A)  # (C, L, L-1, L-1): X_i^T X_i
+        s, V = torch.linalg.eigh(0.5 * (G + G.transpose(-1, -2)))
+        s = s.clamp_min(0.0)
+        f = eta / (1.0 + torch.sqrt(1.0 + eta * s))  # (sqrt(1 + eta s) - 1) / s without cancellation
+        AV = torch.einsum("ikm,cimn->cikn", A, V)  # (C, L, L, L-1)
+        M = torch.einsum("cikn,cin,ciln->cikl", AV, f, AV)  # (C, L, L, L): B_i = I + P^T M_i P
+        dtype = state.position[0].dtype
+        ex["snapshot"] = snapshot
+        ex["coefficients"] = M.to(dtype)
+        ex["preconditioner_scale"] = torch.sqrt(1.0 + eta * s[..., -1]).reshape(S).to(dtype)
+        grad = ex.get("grad")
+        ex["preconditioned_grad"] = None if grad is None else self.apply_preconditioner(state, grad)
+
+    @torch.no_grad()
+    def apply_preconditioner(self, state: SamplerState, vectors: Sequence[Tensor]) -> list[Tensor]:
+        r"""Every walker's :math:`B_i v_i`, for ``vectors`` shaped like the positions.
+
+        Returns new tensors (copies of ``vectors`` while :math:`B = I`). Costs
+        :math:`O(L D)` per walker: :math:`B_i v = v + P^\top M_i (P v)`.
+        """
+        ex = state.extra
+        snapshot, M = ex.get("snapshot"), ex.get("coefficients")
+        if snapshot is None:
+            return [v.clone() for v in vectors]
+        C, L = M.shape[0], M.shape[1]
+        inner = None  # (C, L, L): [c, i, j] = <v_(c,i), P_(c,j)>
+        for s, v in zip(snapshot, vectors):
+            k = torch.bmm(v.reshape(C, L, -1), s.reshape(C, L, -1).transpose(1, 2))
+            inner = k if inner is None else inner + k
+        coeff = torch.einsum("cijk,cik->cij", M, inner)  # M_i (P v_i)
+        return [(v.reshape(C, L, -1) + torch.bmm(coeff, s.reshape(C, L, -1))).reshape(v.shape)
+                for s, v in zip(snapshot, vectors)]
+
+    # ------------------------------------------------------------------ #
+    @torch.no_grad()
+    def step(
+        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
+    ) -> tuple[SamplerState, StepInfo]:
+        eps, theta, p, ex = self.step_size, state.position, state.momentum, state.extra
+        a, noise = exact_ou_coefficients(self.friction, eps, 1.0, self.temperature)  # unit mass
+        if state.step > 0 and state.step % self.covariance_interval == 0:
+            self.update_preconditioner(state)  # also refreshes B_i grad for the new B_i
+        grad = ex.get("grad")
+        if grad is None:  # first step: the gradient at the starting point
+            _, grad = potential.value_and_grad(batch)
+        if ex.get("snapshot") is None:  # B = I: exactly BAOAB
+            gradient_step(p, grad, eps / 2)
+            position_step(theta, p, eps / 2)
+            ornstein_uhlenbeck_step(p, a, noise, generator)
+            position_step(theta, p, eps / 2)
+            value, grad = potential.value_and_grad(batch)
+            gradient_step(p, grad, eps / 2)
+        else:
+            pg = ex.get("preconditioned_grad")
+            if pg is None:
+                pg = self.apply_preconditioner(state, grad)
+            gradient_step(p, pg, eps / 2)  # (18a), B_i^T = B_i
+            half = [m.clone() for m in p]
+            ornstein_uhlenbeck_step(p, a, noise, generator)  # (18c); div(B_i^T) = 0 for a frozen B_i
+            torch._foreach_add_(half, p)
+            position_step(theta, self.apply_preconditioner(state, half), eps / 2)  # (18b) + (18d)
+            value, grad = potential.value_and_grad(batch)
+            pg = self.apply_preconditioner(state, grad)
+            gradient_step(p, pg, eps / 2)  # (18e)
+            ex["preconditioned_grad"] = pg
+        ex["grad"] = grad
+        state.step += 1
+        kinetic = 0.5 * squared_norm(p, ex["flat_momentum"])
+        scale = ex.get("preconditioner_scale")
+        if scale is None:
+            scale = torch.ones_like(kinetic)
+        return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
+                               kinetic_temperature=2.0 * kinetic / chain_numel(p, ex["members"]),
+                               extra={"preconditioner_scale": scale})
