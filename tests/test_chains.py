@@ -75,6 +75,7 @@ MODE_CASES = [
     ("baoab", dict(step_size=0.2, friction=1.0)),
     ("hmc", dict(step_size=0.2, n_leapfrog=5)),
     ("tacthmc", dict(step_size=0.01, steps_per_sample=1, tempering=False)),
+    ("eqn", dict(step_size=0.2, friction=1.0, n_walkers=4, covariance_interval=100)),
 ]
 
 
@@ -87,11 +88,13 @@ def test_four_chains_cover_the_modes_and_rhat_flags_them(name, hyper):
     """Paper 000 Fig. 2's four-mode mixture (modes 5 sd apart): a single chain stays in the mode it starts in;
     four chains from overdispersed starts (one per quadrant, 1 nat above its mode) together visit all four modes, and split R-hat,
     far above 1.01, reports that they have not mixed (their weights are not the mixture's)."""
-    mix = four_modes_2d(4, gradient_noise=0.0)
-    centres, pot = mix.means, mix.potential
-    with torch.no_grad():
-        pot.parameters[0].copy_(torch.tensor([[-3.0, -3.0], [3.0, -3.0], [-3.0, 3.0], [3.0, 3.0]]))
     sampler = make_sampler(name, **hyper)
+    members = sampler.members_per_chain()  # eqn: 4 walkers per chain, all starting at their chain's start
+    mix = four_modes_2d(4 * members, gradient_noise=0.0)
+    centres, pot = mix.means, mix.potential
+    starts = torch.tensor([[-3.0, -3.0], [3.0, -3.0], [-3.0, 3.0], [3.0, 3.0]])
+    with torch.no_grad():
+        pot.parameters[0].copy_(starts.repeat_interleave(members, 0))
     gen = torch.Generator().manual_seed(1)
     state = sampler.init(pot.parameters, gen, n_chains=4)
     draws = []

@@ -305,3 +305,22 @@ def test_pickled_state_continues_identically():
         assert torch.equal(pot.parameters[0], pot2.parameters[0])
         assert torch.equal(info.kinetic_energy, info2.kinetic_energy)
     assert clone.extra["coefficients"] is not None
+
+
+def test_an_mlp_with_1e5_parameters_keeps_memory_linear_in_walkers_times_parameters():
+    """The estimator path: a 784-128-10 MLP (101,770 parameters) with 8 walkers. Every tensor the sampler
+    keeps is at most walkers x parameters; a D x D preconditioner would hold 1e10 floats."""
+    from bayesnet import BayesianMLPClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(256, 784)).astype(np.float32)
+    y = rng.integers(0, 10, size=256)
+    clf = BayesianMLPClassifier((128,), sampler="eqn", sampler__covariance_interval=5, sampler__step_size=1e-3,
+                                n_draws=2, burn_in=10, thinning=1, random_state=0).fit(X, y)
+    D = sum(p[0].numel() for p in clf.posterior_.parameters)
+    assert D == 101_770 and clf.sampler_state_.step == 12
+    state = clf.sampler_state_
+    tensors = [t for t in state.extra.values() if isinstance(t, torch.Tensor)]
+    tensors += [t for v in state.extra.values() if isinstance(v, (list, tuple)) for t in v if isinstance(t, torch.Tensor)]
+    assert max(t.numel() for t in tensors) <= 8 * D
+    assert sum(t.numel() for t in tensors) <= 5 * 8 * D  # momenta, snapshot, gradients: a few L x D
