@@ -32,6 +32,17 @@ class CategoricalLikelihood(nn.Module):
         """No parameters of its own: 0."""
         return 0.0
 
+    def log_likelihood_chains(self, logits: Tensor, y: Tensor, parameters=()) -> Tensor:
+        """Summed log-likelihood of ``S`` members at once: ``logits`` (S, n, K), ``y`` (n,) -> (S,)."""
+        S, n, K = logits.shape
+        if S == 1:
+            return -F.cross_entropy(logits[0], y, reduction="sum").reshape(1)
+        return -F.cross_entropy(logits.reshape(S * n, K), y.repeat(S), reduction="none").view(S, n).sum(1)
+
+    def log_prior_chains(self, parameters=()) -> Tensor | float:
+        """0 for every member."""
+        return 0.0
+
     def predict(self, logits: Tensor) -> Tensor:
         """Class probabilities, shape (n, n_classes)."""
         return torch.softmax(logits, dim=-1)
@@ -82,3 +93,16 @@ class GaussianLikelihood(nn.Module):
         """``sum_k -a gamma_k - b exp(-gamma_k)`` (inverse-gamma prior in log-variance)."""
         gamma = self.log_noise_variance
         return (-self.noise_shape * gamma - self.noise_scale * torch.exp(-gamma)).sum()
+
+    def log_likelihood_chains(self, mean: Tensor, y: Tensor, parameters) -> Tensor:
+        """Summed log-likelihood of ``S`` members at once: ``mean`` (S, n, k), ``y`` (n, k), ``parameters`` =
+        ``[log_noise_variance (S, k)]`` -> (S,)."""
+        (gamma,) = parameters
+        n, k = y.shape
+        resid2 = (y - mean).square().sum(1)  # (S, k)
+        return -0.5 * (n * (gamma.sum(1) + k * math.log(2 * math.pi)) + (resid2 * torch.exp(-gamma)).sum(1))
+
+    def log_prior_chains(self, parameters) -> Tensor:
+        """The inverse-gamma log prior of every member, ``[log_noise_variance (S, k)]`` -> (S,)."""
+        (gamma,) = parameters
+        return (-self.noise_shape * gamma - self.noise_scale * torch.exp(-gamma)).sum(1)

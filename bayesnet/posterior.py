@@ -146,7 +146,10 @@ class ChainPosterior:
     ``forward_chains(parameters, X)`` when it has one (the MLP's batched
     matrix products, the faster layout measured by
     ``benchmarks/chains_vectorised.py``), otherwise by ``torch.func.vmap``
-    over ``functional_call`` of the module, which serves any network.
+    over ``functional_call`` of the module, which serves any network. The
+    likelihood and prior terms use their batched forms
+    (``log_likelihood_chains``, ``log_prior_chains``, ``log_prob_chains``)
+    when both have them, otherwise ``vmap`` over their per-member forms.
 
     Parameters
     ----------
@@ -216,6 +219,12 @@ class ChainPosterior:
         out = self.outputs(X)
         lik_params = self.parameters[len(self.net_names):]
         lik_names, prior = self.lik_names, self.prior
+        batched_lik = getattr(self.likelihood, "log_likelihood_chains", None)
+        batched_prior = getattr(prior, "log_prob_chains", None)
+        if batched_lik is not None and batched_prior is not None:  # plain batched tensor expressions
+            log_lik = batched_lik(out, y, lik_params)
+            return (-(self.n_data / y.shape[0]) * log_lik - batched_prior(self.network_parameters)
+                    - self.likelihood.log_prior_chains(lik_params))
 
         def rest(net_ps, lik_ps, o):
             lik = dict(zip(lik_names, lik_ps))
@@ -228,10 +237,25 @@ class ChainPosterior:
 
     def value_and_grad(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, list[Tensor]]:
         """``((S,) potentials, gradients shaped like parameters)``: every member's own gradient."""
+        prior_grad = getattr(self.prior, "grad_log_prob_chains", None)
+        if prior_grad is None or not hasattr(self.prior, "log_prob_chains") \
+                or not hasattr(self.likelihood, "log_likelihood_chains"):
+            with torch.enable_grad():
+                u = self.value(batch)
+                grads = torch.autograd.grad(u.sum(), self.parameters)
+            return u.detach(), list(grads)
+        # the prior's gradient in closed form, added in place: autograd then runs through the likelihood only
+        X, y = batch
+        lik_params = self.parameters[len(self.net_names):]
+        net = self.network_parameters
         with torch.enable_grad():
-            u = self.value(batch)
-            grads = torch.autograd.grad(u.sum(), self.parameters)
-        return u.detach(), list(grads)
+            u_lik = -(self.n_data / y.shape[0]) * self.likelihood.log_likelihood_chains(self.outputs(X), y, lik_params)
+            u_lik = u_lik - self.likelihood.log_prior_chains(lik_params)
+            grads = list(torch.autograd.grad(u_lik.sum(), self.parameters))
+        with torch.no_grad():
+            u = u_lik.detach() - self.prior.log_prob_chains(net)
+            torch._foreach_sub_(grads[: len(net)], prior_grad(net))
+        return u, grads
 
     def member(self, index: int) -> list[Tensor]:
         """The current position of member ``index`` (detached views)."""

@@ -231,3 +231,35 @@ def test_n_jobs_runs_chains_in_processes_and_on_dask(iris):
             on_dask = BayesianMLPClassifier(**kw).fit(X, y)
     first = BayesianMLPClassifier(**kw).fit(X, y)
     np.testing.assert_allclose(on_dask.predict_proba(X), first.predict_proba(X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("head", ["categorical", "gaussian"])
+@pytest.mark.parametrize("path", ["batched", "vmap"])
+def test_chain_posterior_equals_each_member_posterior(head, path, monkeypatch):
+    """ChainPosterior's S potentials and gradients are those of S single-member Posteriors, through the batched
+    forms (MLP.forward_chains, log_likelihood_chains, log_prob_chains) and through the generic vmap fallback."""
+    from bayesnet.estimators.mlp import MLP
+    from bayesnet.likelihoods import CategoricalLikelihood, GaussianLikelihood
+    from bayesnet.posterior import ChainPosterior, Posterior
+    from bayesnet.priors import GaussianPrior
+
+    torch.manual_seed(0)
+    if path == "vmap":
+        monkeypatch.delattr(MLP, "forward_chains")
+        monkeypatch.delattr(GaussianPrior, "log_prob_chains")
+    make_lik = CategoricalLikelihood if head == "categorical" else (lambda: GaussianLikelihood(3))
+    y = torch.randint(0, 3, (20,)) if head == "categorical" else torch.randn(20, 3)
+    X = torch.randn(20, 5)
+    modules, liks = [MLP(5, (7,), 3) for _ in range(4)], [make_lik() for _ in range(4)]
+    for lik in liks:
+        for p in lik.parameters():
+            p.data.normal_()
+    members = [list(m.parameters()) + list(lik.parameters()) for m, lik in zip(modules, liks)]
+    chains = ChainPosterior(modules[0], liks[0], GaussianPrior(2.0), 100, members)
+    u, grads = chains.value_and_grad((X, y))
+    assert u.shape == (4,)
+    for s in range(4):
+        us, gs = Posterior(modules[s], liks[s], GaussianPrior(2.0), 100).value_and_grad((X, y))
+        torch.testing.assert_close(u[s], us, rtol=1e-5, atol=1e-4)
+        for a, b in zip(grads, gs):
+            torch.testing.assert_close(a[s], b, rtol=1e-4, atol=1e-5)

@@ -48,15 +48,20 @@ class MLP(nn.Module):
         ``(S, n, n_features)``. Batched matrix products: on a CPU measurably
         faster than ``vmap`` over ``functional_call`` (benchmarks/chains_vectorised.py).
         """
-        h = X
         layers = [m for m in self.net if isinstance(m, nn.Linear)]
         activations = [m for m in self.net if not isinstance(m, nn.Linear)]
+        single = parameters[0].shape[0] == 1 and X.ndim == 2  # one member: plain matrix products, no batch axis
+        h = X
         for i in range(len(layers)):
             weight, bias = parameters[2 * i], parameters[2 * i + 1]
-            h = torch.baddbmm(bias.unsqueeze(1), h.expand(weight.shape[0], *h.shape[-2:]), weight.transpose(1, 2))
+            if single:
+                h = torch.nn.functional.linear(h, weight.squeeze(0), bias.squeeze(0))  # views: no copy in backward
+            else:
+                h = torch.baddbmm(bias.unsqueeze(1), h.expand(weight.shape[0], *h.shape[-2:]),
+                                  weight.transpose(1, 2))
             if i < len(activations):
                 h = activations[i](h)
-        return h
+        return h.unsqueeze(0) if single else h
 
 
 def _check_hidden(hidden_layer_sizes):
