@@ -18,8 +18,15 @@ The potential is the estimators' ``N/|S| * cross-entropy sum + Gaussian prior``.
 All three compute the same numbers (checked). Printed: microseconds per
 evaluation of all R chains and the speed-up over the loop.
 
+A second table times what the estimators run: one whole ``sghmc`` step of R
+chains through :class:`bayesnet.posterior.ChainPosterior` (the estimators'
+potential, MLP batched products) against R single-chain steps one after the
+other (R estimators' worth of work), on the device given by ``--device``
+(``cuda`` where a GPU is lent).
+
     python benchmarks/chains_vectorised.py                 # 784-100-10 and 30-16-2 MLPs, R = 1, 4, 16
     python benchmarks/chains_vectorised.py --threads 1
+    python benchmarks/chains_vectorised.py --device cuda   # on a GPU machine
 """
 
 from __future__ import annotations
@@ -131,11 +138,47 @@ def time_variant(variant, X, y, repeats, inner=20):
     return statistics.median(per)
 
 
+def sampler_steps(sizes, R, device):
+    """(vectorised, sequential) microseconds for one sghmc step of R chains through ChainPosterior."""
+    from bayesnet.estimators.mlp import MLP
+    from bayesnet.likelihoods import CategoricalLikelihood
+    from bayesnet.posterior import ChainPosterior
+    from bayesnet.priors import GaussianPrior
+    from bayesnet.samplers import make_sampler
+
+    torch.manual_seed(0)
+    modules = [MLP(sizes[0], sizes[1:-1], sizes[-1]).to(device) for _ in range(R)]
+    lik = CategoricalLikelihood()
+    members = [list(m.parameters()) for m in modules]
+    X = torch.randn(BATCH, sizes[0], device=device)
+    y = torch.randint(0, sizes[-1], (BATCH,), device=device)
+    sampler = make_sampler("sghmc", step_size=1e-5)
+    gen = torch.Generator(device=device).manual_seed(0)
+    together = ChainPosterior(modules[0], lik, GaussianPrior(1.0), N_DATA, members)
+    state = sampler.init(together.parameters, gen, n_chains=R)
+    apart = [ChainPosterior(modules[0], lik, GaussianPrior(1.0), N_DATA, [m]) for m in members]
+    states = [sampler.init(p.parameters, gen, n_chains=1) for p in apart]
+
+    def vectorised():
+        sampler.step(state, together, (X, y), gen)
+
+    def sequential():
+        for st, post in zip(states, apart):
+            sampler.step(st, post, (X, y), gen)
+
+    def timed(fn):
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        return time_variant(lambda a, b: (fn(), sync()), None, None, 5)
+
+    return timed(vectorised), timed(sequential)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--chains", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, batch {BATCH} per chain, CPU; "
@@ -152,6 +195,13 @@ def main():
                  for name, cls in (("loop", Loop), ("vmap", VMap), ("batched", Batched))}
             print(f"{R:>3} | {t['loop']:9.0f} | {t['vmap']:9.0f} | {t['batched']:10.0f} | "
                   f"{t['loop'] / t['vmap']:9.2f} | {t['loop'] / t['batched']:12.2f} | {check(sizes, R):.1e}")
+    print(f"\nOne sghmc step of R chains on {args.device} (ChainPosterior, as the estimators run it): µs")
+    for sizes in ((784, 100, 10), (30, 16, 2)):
+        print(f"\nMLP {'-'.join(map(str, sizes))}")
+        print(f"{'R':>3} | {'vectorised µs':>13} | {'sequential µs':>13} | {'sequential/vectorised':>21}")
+        for R in args.chains:
+            vec, seq = sampler_steps(sizes, R, args.device)
+            print(f"{R:>3} | {vec:13.0f} | {seq:13.0f} | {seq / vec:21.2f}")
 
 
 if __name__ == "__main__":

@@ -371,3 +371,31 @@ def test_runs_on_cuda_in_float32():
     assert info.potential.device.type == "cuda" and info.is_draw.device.type == "cuda"
     assert pot.parameters[0].dtype == torch.float32 and torch.isfinite(pot.parameters[0]).all()
     assert s.swap_rates(state).shape == (8, 3) and int(state.extra["swap_attempts"].sum()) > 0
+
+
+def test_step_size_adaptation_per_ladder_slot_then_frozen():
+    """adaptation_steps tunes each slot's proposal sd towards target_accept (hot slots get larger steps), then
+    freezes them; the temperature-1 draws after adaptation keep the exact moments."""
+    C, R = 128, 3
+    target = correlated_gaussian(C * R, per_chain=True)
+    sampler = make_sampler("pt-langevin", n_replicas=R, max_temperature=9.0, step_size=0.01, swap_interval=10,
+                           adaptation_steps=500, target_accept=0.3)
+    gen = torch.Generator().manual_seed(0)
+    state = sampler.init(target.potential.parameters, gen, n_chains=C)
+    kept, accepted = [], []
+    for k in range(1, 2501):
+        state, info = sampler.step(state, target.potential, None, gen)
+        if k == 500:
+            frozen = state.extra["log_step"].clone()
+        if k > 1000:
+            accepted.append(info.extra["accepted"].view(C, R).float().mean(0))
+            if k % 5 == 0:
+                kept.append(state.position[0].detach()[info.is_draw].numpy().copy())
+    torch.testing.assert_close(state.extra["log_step"], frozen)  # no change after adaptation
+    steps = state.extra["log_step"].exp().view(C, R).mean(0)
+    assert steps[0] > 0.3 and steps[0] < steps[1] < steps[2]  # from 0.01 to the target's scale, hotter = larger
+    rates = torch.stack(accepted).mean(0)
+    assert torch.all((rates - 0.3).abs() < 0.08), rates
+    err = moment_errors(np.stack(kept, axis=1), target.mean, target.cov)
+    assert err["mean_err"] <= err["mean_tol"] and err["cov_err"] <= err["cov_tol"], err
+    assert sampler.state_summary(state)["replica_step_sizes"][0] == pytest.approx(float(steps[0]))

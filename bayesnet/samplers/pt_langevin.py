@@ -141,6 +141,21 @@ class PTLangevin(Sampler):
     n_steps : int or None, default=None
         Planned length of the run, in steps; the estimators set it. None:
         the tempering phase never ends (only replica 0 is ever a draw).
+    adaptation_steps : int, default=0
+        Steps ``1..adaptation_steps`` tune the proposal noise of every ladder
+        slot of every chain separately (Robbins-Monro on
+        :math:`\log\sigma_m`, gain :math:`k^{-0.6}`) towards
+        ``target_accept``; afterwards the step sizes are frozen, so the kept
+        draws come from a fixed kernel. 0 keeps the paper's single
+        ``step_size`` for every replica. The estimators set it to their
+        ``burn_in`` (as for ``hmc``) unless it is given: the paper's 0.025 is
+        far from the posterior's scale on some data sets (Henon, Iris in
+        ``benchmarks/pt_langevin_paper.py``), and hot replicas want larger
+        steps than cold ones. In the second phase every replica uses its
+        chain's temperature-1 step size.
+    target_accept : float, default=0.25
+        Acceptance rate in (0, 1) the adaptation aims at (near the optimal
+        0.234 of random-walk Metropolis; the paper reports 5-25 %).
 
     Raises
     ------
@@ -148,7 +163,8 @@ class PTLangevin(Sampler):
         On out-of-range values: non-integer or < 1 ``n_replicas``,
         ``swap_interval`` or ``n_steps``; ``max_temperature < 1``;
         ``langevin_prob`` or ``tempering_fraction`` outside [0, 1];
-        ``step_size <= 0``; ``langevin_step_size`` neither "auto" nor > 0.
+        ``step_size <= 0``; ``langevin_step_size`` neither "auto" nor > 0;
+        ``adaptation_steps`` not an integer >= 0; ``target_accept`` outside (0, 1).
 
     Notes
     -----
@@ -218,7 +234,8 @@ class PTLangevin(Sampler):
 
     def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
                  langevin_prob: float = 0.5, step_size: float = 0.025, langevin_step_size: float | str = "auto",
-                 tempering_fraction: float = 0.6, n_steps: int | None = None):
+                 tempering_fraction: float = 0.6, n_steps: int | None = None, adaptation_steps: int = 0,
+                 target_accept: float = 0.25):
         self.n_replicas = n_replicas
         self.max_temperature = max_temperature
         self.swap_interval = swap_interval
@@ -227,9 +244,16 @@ class PTLangevin(Sampler):
         self.langevin_step_size = langevin_step_size
         self.tempering_fraction = tempering_fraction
         self.n_steps = n_steps
+        self.adaptation_steps = adaptation_steps
+        self.target_accept = target_accept
         self._validate()
 
     def _validate(self) -> None:
+        if not _is_int(self.adaptation_steps, 0):
+            raise ValueError(f"{self.name}: adaptation_steps must be an integer >= 0, got {self.adaptation_steps!r}.")
+        ta = self.target_accept
+        if isinstance(ta, bool) or not isinstance(ta, (int, float)) or not 0 < ta < 1:
+            raise ValueError(f"{self.name}: target_accept must be in (0, 1), got {ta!r}.")
         super()._validate()
         for key in ("n_replicas", "swap_interval"):
             if not _is_int(getattr(self, key), 1):
@@ -322,6 +346,7 @@ class PTLangevin(Sampler):
             "swap_attempts": torch.zeros(C, max(R - 1, 0), dtype=torch.int64, device=first.device),
             "swap_accepts": torch.zeros(C, max(R - 1, 0), dtype=torch.int64, device=first.device),
             "swap_events": 0,
+            "log_step": torch.full((S,), math.log(float(self.step_size)), **opts),  # per ladder slot, adapted
         }
         return SamplerState(position=position, extra=extra)
 
@@ -356,10 +381,14 @@ class PTLangevin(Sampler):
         C = S // R
         theta = self._members(state)
         device, dtype = theta[0].device, theta[0].dtype
-        sigma = float(self.step_size)
-        r = self.resolve_langevin_step_size()
         tempering = self.in_tempering_phase(state)
         beta = ex["beta"].repeat(C) if tempering else torch.ones(S, dtype=dtype, device=device)
+        if "log_step" not in ex or self.adaptation_steps == 0:  # the paper's one step size (also on old states)
+            ex["log_step"] = torch.full((S,), math.log(float(self.step_size)), dtype=dtype, device=device)
+        log_step = ex["log_step"] if tempering else ex["log_step"].view(C, R)[:, :1].expand(C, R).reshape(S)
+        sigma = log_step.exp().unsqueeze(1)  # (S, 1): each slot's proposal noise sd
+        r = sigma * sigma / 2 if self.langevin_step_size == "auto" else \
+            torch.full_like(sigma, float(self.langevin_step_size))
 
         # Step 1.1: the kind of proposal of each replica; the gradient at the current position if one needs it
         p_lg = float(self.langevin_prob)
@@ -379,11 +408,11 @@ class PTLangevin(Sampler):
 
         start = [t.clone() for t in theta]
         noise = gaussian_like(theta, generator)
-        drift = torch.where(langevin, r * beta, torch.zeros_like(beta)).unsqueeze(1)  # (S, 1): r beta_m or 0
+        drift = torch.where(langevin.unsqueeze(1), r * beta.unsqueeze(1), torch.zeros_like(r))  # (S, 1): r beta_m or 0
         for t, n, k in zip(theta, noise, range(len(theta))):
             if any_langevin:
                 t.sub_(drift * torch.where(langevin.unsqueeze(1), g_old[k], torch.zeros_like(t)))
-            t.add_(n, alpha=sigma)
+            t.add_(n * sigma)
 
         # Step 1.2: the potential at the proposals, and the acceptance probabilities
         if any_langevin:
@@ -416,6 +445,9 @@ class PTLangevin(Sampler):
         ex["mh_attempts"] += 1
         ex["mh_accepts"] += accept.view(C, R)
         state.step += 1
+        if state.step <= self.adaptation_steps:  # Robbins-Monro on each slot's log step size
+            gain = state.step ** -0.6
+            ex["log_step"] = ex["log_step"] + gain * (log_alpha.clamp(max=0.0).exp() - self.target_accept)
 
         # Step 2: replica exchange on the ladder
         extra = {}
@@ -438,17 +470,17 @@ class PTLangevin(Sampler):
         return state, StepInfo(potential=value, is_draw=is_draw, extra=extra)
 
     def _log_proposal_ratio(self, start: list[Tensor], proposal: list[Tensor], noise: list[Tensor],
-                            grad_new: list[Tensor], drift: Tensor, sigma: float) -> Tensor:
+                            grad_new: list[Tensor], drift: Tensor, sigma: Tensor) -> Tensor:
         r""":math:`\log q(\theta|\theta') - \log q(\theta'|\theta)` per member, shape ``(S,)``, for Langevin proposals.
 
         :math:`\theta' - \mu(\theta) = \sigma\epsilon` (the drawn ``noise``
         :math:`\epsilon`), so the forward term is :math:`|\epsilon|^2/2`; the
         backward one is :math:`|\theta - \theta' + r\beta\nabla U(\theta')|^2/(2\sigma^2)`.
-        ``drift`` is :math:`r\beta_m`, shape ``(S, 1)``.
+        ``drift`` is :math:`r\beta_m` and ``sigma`` each member's :math:`\sigma`, both shape ``(S, 1)``.
         """
         forward = sum(n.square().sum(1) for n in noise) * 0.5
         backward = sum((s - p + drift * g).square().sum(1) for s, p, g in zip(start, proposal, grad_new))
-        return forward - backward / (2.0 * sigma * sigma)
+        return forward - backward / (2.0 * sigma * sigma).squeeze(1)
 
     def _swap(self, state: SamplerState, generator: torch.Generator | None) -> Tensor:
         """One swap event (Algorithm 1 Step 2) on the even or odd neighbour pairs; returns the accepted fraction."""
@@ -482,11 +514,16 @@ class PTLangevin(Sampler):
 
     def state_summary(self, state: SamplerState) -> dict:
         """Run-level rates for the estimators' ``diagnostics_``: ``replica_acceptance_rates`` (per ladder slot)
-        and ``pair_swap_rates`` (per neighbouring pair), lists averaged over the chains; ``swap_rate``, their
+        and ``pair_swap_rates`` (per neighbouring pair), ``replica_step_sizes`` (the proposal sd of each slot), lists
+        averaged over the chains; ``swap_rate``, their
         overall mean (NaN before any swap); ``in_tempering_phase``."""
         acc = self.acceptance_rates(state).nanmean(0)
         swap = self.swap_rates(state)
+        R = state.extra["n_replicas"]
+        steps = state.extra.get("log_step")
+        steps = [float(self.step_size)] * R if steps is None else steps.exp().view(-1, R).mean(0).tolist()
         return {"replica_acceptance_rates": acc.tolist(), "pair_swap_rates": swap.nanmean(0).tolist(),
+                "replica_step_sizes": steps,
                 "swap_rate": float(swap.nanmean()) if swap.numel() else math.nan,
                 "in_tempering_phase": self.in_tempering_phase(state)}
 
