@@ -50,13 +50,15 @@ def correlated_gaussian(n_chains: int, rho: float = 0.9, gradient_noise: float =
     return Target("gaussian2d", FunctionPotential(fn, [start], gradient_noise, gen), mean.numpy(), cov.numpy())
 
 
-def ill_conditioned_gaussian(n_chains: int, dim: int = 10, condition: float = 100.0, seed: int = 0) -> Target:
+def ill_conditioned_gaussian(n_chains: int, dim: int = 10, condition: float = 100.0, seed: int = 0,
+                             per_chain: bool = False) -> Target:
     """``dim``-D Gaussian with a random rotation and covariance eigenvalues log-spaced in [1, condition].
 
     Mean drawn from N(0, I). The precision's largest eigenvalue is 1, its smallest 1 / condition.
     The chains start at exact draws from the target, so the test checks that the
     sampler *keeps* the distribution (stationarity) without a burn-in of
     ``condition / (step_size * lambda_max)`` steps along the slowest direction.
+    ``per_chain=True`` returns one potential per chain.
     """
     rng = np.random.default_rng(seed)
     q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
@@ -68,7 +70,7 @@ def ill_conditioned_gaussian(n_chains: int, dim: int = 10, condition: float = 10
 
     def fn(params, batch):
         d = params[0] - mu
-        return 0.5 * torch.einsum("ci,ij,cj->", d, prec, d)
+        return 0.5 * torch.einsum("ci,ij,cj->c" if per_chain else "ci,ij,cj->", d, prec, d)
 
     start = torch.tensor(rng.multivariate_normal(mean, cov, size=n_chains))
     return Target(f"gaussian{dim}d-cond{condition:g}", FunctionPotential(fn, [start]), mean, cov)

@@ -32,7 +32,7 @@ def test_every_kernel_samples_with_a_chain_axis(name, hyper):
     """``init(..., n_chains=C)`` with one potential per chain: per-chain kinetic temperatures (and thermostats,
     Metropolis tests) and the right moments; tolerances from the measured ESS (+ the suite's 0.03 allowance
     for the discretised kernels, none for hmc, which is exact)."""
-    C = 1024
+    C = 512
     target = correlated_gaussian(C, per_chain=True)
     sampler = make_sampler(name, **hyper)
     gen = torch.Generator().manual_seed(0)
