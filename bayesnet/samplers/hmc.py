@@ -150,10 +150,11 @@ class HMC(Sampler):
         accept_prob = torch.where(divergent, torch.zeros_like(log_ratio), torch.exp(log_ratio.clamp(max=0.0)))
         accepted = ~divergent & (torch.rand(log_ratio.shape, generator=generator, device=device,
                                             dtype=flat.dtype) < accept_prob)
-        with torch.no_grad():  # rejected chains go back to the start (with the refreshed momentum)
-            for t, s in zip(theta, start):
-                t.copy_(torch.where(accepted.reshape(accepted.shape + (1,) * (t.ndim - accepted.ndim)), t, s))
-            flat.copy_(torch.where(accepted.unsqueeze(-1) if flat.ndim == 2 else accepted, flat, start_momentum))
+        if not bool(accepted.all()):  # rejected chains go back to the start (with the refreshed momentum)
+            with torch.no_grad():
+                for t, s in zip(theta, start):
+                    t.copy_(torch.where(accepted.reshape(accepted.shape + (1,) * (t.ndim - accepted.ndim)), t, s))
+                flat.copy_(torch.where(accepted.unsqueeze(-1) if flat.ndim == 2 else accepted, flat, start_momentum))
         u1 = torch.where(accepted, u1.reshape(accepted.shape), u0.reshape(accepted.shape))
         if adapting:  # one step size for all chains, tuned on their mean acceptance probability
             self._adapt(ex, float(accept_prob.mean()), state.step + 1)
