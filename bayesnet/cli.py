@@ -61,7 +61,8 @@ def _classifier(args, d):
 
     est = BayesianMLPClassifier(hidden_layer_sizes=d["hidden"], sampler=args.sampler, n_draws=d["n_draws"],
                                 burn_in=d["burn_in"], thinning=d["thinning"], batch_size=d["batch_size"],
-                                prior_scale=d["prior_scale"], device=args.device, random_state=args.random_state, verbose=int(not args.quiet),
+                                prior_scale=d["prior_scale"], device=args.device, random_state=args.random_state,
+                                verbose=int(not args.quiet), n_chains=args.n_chains, n_jobs=args.n_jobs,
                                 **_sampler_kwargs(args, d))
     return make_pipeline(StandardScaler(), est)
 
@@ -75,7 +76,8 @@ def _regressor(args, d, embed: int | None = None):
 
     est = BayesianMLPRegressor(hidden_layer_sizes=d["hidden"], sampler=args.sampler, n_draws=d["n_draws"],
                                burn_in=d["burn_in"], thinning=d["thinning"], batch_size=d["batch_size"],
-                               prior_scale=d["prior_scale"], device=args.device, random_state=args.random_state, verbose=int(not args.quiet),
+                               prior_scale=d["prior_scale"], device=args.device, random_state=args.random_state,
+                               verbose=int(not args.quiet), n_chains=args.n_chains, n_jobs=args.n_jobs,
                                **_sampler_kwargs(args, d))
     steps = [TakensEmbedding(dimension=embed, delay=args.delay)] if embed else []
     return make_pipeline(*steps, StandardScaler(), est)
@@ -144,8 +146,11 @@ def _fit(args) -> int:
     model.fit(Xtr, ytr)
     elapsed = time.perf_counter() - t0
     est = model[-1]
-    print(f"fitted in {elapsed:.1f} s: {est.n_draws_} posterior draws kept "
-          f"(burn-in {est.burn_in} steps, thinning {est._resolve_thinning()}, {est.sampler_state_.step} sampler steps)")
+    chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \
+        if est.n_chains > 1 and "max_rhat" in est.diagnostics_ else ""
+    print(f"fitted in {elapsed:.1f} s: {est.n_draws_} posterior draws kept{chains} "
+          f"(burn-in {est.burn_in} steps, thinning {est._resolve_thinning()}, "
+          f"{est.diagnostics_['n_steps']} sampler steps)")
     level = args.level
     if task == "classification":
         from sklearn.metrics import accuracy_score, log_loss
@@ -237,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--burn-in", type=int)
     f.add_argument("--thinning", type=int)
     f.add_argument("--batch-size", type=int)
+    f.add_argument("--n-chains", type=int, default=1, help="independent chains, vectorised (default 1)")
+    f.add_argument("--n-jobs", type=int, help="with --n-chains: groups of chains in joblib worker processes")
     f.add_argument("--dimension", type=int, default=4, help="forecast: Takens embedding dimension (paper 003: 4)")
     f.add_argument("--delay", type=int, default=1, help="forecast: Takens delay")
     f.add_argument("--test-size", type=float, default=0.3)

@@ -143,7 +143,8 @@ def test_trace_keeps_each_slot_apart():
     assert len(trace) == 6 and trace.as_array().shape == (2, 3, 2)
     assert trace.as_array(potentials=True)[1].tolist() == [-2.0, -6.0, -10.0]
     both = Trace.concatenate([trace, trace])
-    assert both.n_slots == 4 and len(both) == 12 and both.slot_of_draw().tolist() == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+    assert both.n_slots == 4 and len(both) == 12
+    assert both.slot_of_draw().tolist() == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
     with pytest.raises(ValueError, match="different"):
         Trace.concatenate([trace, Trace(n_draws=4)])
 

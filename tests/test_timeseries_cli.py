@@ -46,9 +46,9 @@ def test_cli_fit_and_predict_csv(tmp_path, capsys):
         w.writerows([[*row, lab] for row, lab in zip(X, y)])
     model = tmp_path / "m.joblib"
     assert main(["fit", "--data", str(path), "--target", "label", "--n-draws", "10", "--burn-in", "100",
-                 "--thinning", "2", "--hidden", "8", "--quiet", "--output", str(model)]) == 0
+                 "--thinning", "2", "--hidden", "8", "--n-chains", "2", "--quiet", "--output", str(model)]) == 0
     out = capsys.readouterr().out
-    assert "test accuracy" in out and "expected calib. error" in out
+    assert "test accuracy" in out and "expected calib. error" in out and "from 2 chains" in out
     preds = tmp_path / "p.csv"
     assert main(["predict", str(model), "--data", str(path), "--output", str(preds)]) == 0
     rows = list(csv.reader(open(preds)))
