@@ -264,3 +264,12 @@ def test_chain_posterior_equals_each_member_posterior(head, path, monkeypatch):
         torch.testing.assert_close(u[s], us, rtol=1e-5, atol=1e-4)
         for a, b in zip(grads, gs):
             torch.testing.assert_close(a[s], b, rtol=1e-4, atol=1e-5)
+
+
+def test_continuing_with_another_number_of_chains_is_refused(iris):
+    X, y = iris
+    clf = BayesianMLPClassifier((8,), n_chains=2, n_draws=5, burn_in=20, thinning=1, random_state=0).fit(X, y)
+    clf.set_params(n_chains=3)
+    with pytest.raises(ValueError, match="call fit"):
+        clf.partial_fit(X, y)
+    assert clf.fit(X, y).trace_.n_slots == 3  # fit starts new chains

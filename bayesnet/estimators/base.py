@@ -386,6 +386,12 @@ class BayesianNeuralNet(NeuralNet):
                 f"partial_fit cannot continue a {self.sampler_.name} chain with sampler {cls.name!r}; call fit() "
                 "to start a new chain.")
         self.sampler_ = make_sampler(self.sampler, **params)
+        members = int(self.n_chains) * self.sampler_.members_per_chain()
+        if members != self.posterior_.n_members:
+            raise ValueError(
+                f"partial_fit cannot continue {self.posterior_.n_members} packed chain members with n_chains="
+                f"{self.n_chains} and {self.sampler_.members_per_chain()} member(s) per chain; call fit() to start "
+                "new chains.")
 
     def set_params(self, **params):
         """Set parameters; ``sampler`` and ``sampler__*`` take effect at the next ``fit``/``partial_fit``."""
