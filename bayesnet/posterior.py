@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Posterior", "ChainPosterior", "FunctionPotential"]
+__all__ = ["Posterior", "ChainPosterior", "FunctionPotential", "batched_outputs"]
 
 
 class Posterior:
@@ -128,6 +128,24 @@ class _LogPrior(nn.Module):
         return torch.as_tensor(self.likelihood.log_prior())
 
 
+def batched_outputs(module: nn.Module, names: Sequence[str], parameters: Sequence[Tensor], X: Tensor) -> Tensor:
+    """Outputs of ``S`` parameter sets of ``module`` on the same ``X``: shape ``(S, n, n_outputs)``.
+
+    ``parameters`` are the module's trainable parameters (``names``, in order)
+    with a leading axis of ``S``. The module's own ``forward_chains`` is used
+    when it has one (batched matrix products), else ``vmap`` over
+    ``functional_call``. Serves both sampling (chains) and prediction (draws).
+    """
+    forward_chains = getattr(module, "forward_chains", None)
+    if forward_chains is not None:
+        return forward_chains(list(parameters), X)
+
+    def single(ps, xb):
+        return torch.func.functional_call(module, dict(zip(names, ps)), (xb,))
+
+    return torch.func.vmap(single, in_dims=(0, None))(list(parameters), X)
+
+
 class ChainPosterior:
     r"""The potential of :class:`Posterior` for ``S`` packed position sets (chains, replicas, walkers).
 
@@ -203,15 +221,7 @@ class ChainPosterior:
     def outputs(self, X: Tensor, parameters: Sequence[Tensor] | None = None) -> Tensor:
         """Network outputs of every member on ``X``: shape ``(S, n, n_outputs)``."""
         params = list(self.network_parameters if parameters is None else parameters[: len(self.net_names)])
-        forward_chains = getattr(self.module, "forward_chains", None)
-        if forward_chains is not None:
-            return forward_chains(params, X)
-        names = self.net_names
-
-        def single(ps, xb):
-            return torch.func.functional_call(self.module, dict(zip(names, ps)), (xb,))
-
-        return torch.func.vmap(single, in_dims=(0, None))(params, X)
+        return batched_outputs(self.module, self.net_names, params, X)
 
     def value(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """The ``S`` mini-batch potentials, shape ``(S,)`` (differentiable)."""

@@ -33,7 +33,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from torch.func import functional_call
 
 from ..diagnostics import chain_summaries, split_rhat
-from ..posterior import ChainPosterior
+from ..posterior import ChainPosterior, batched_outputs
 from ..priors import make_prior
 from ..samplers import DivergenceError, Sampler, available_samplers, get_sampler_class, make_sampler
 from ..trace import Trace
@@ -159,8 +159,12 @@ class SamplingProgressBar(Callback):
 
 
 def _partial_fit_shard(estimator, X, y, classes):
-    """Worker body of :meth:`BayesianNeuralNet._partial_fit_shards`: run one group of chains."""
-    return estimator.partial_fit(X, y, classes=classes)
+    """Worker body of :meth:`BayesianNeuralNet._partial_fit_shards`: run one group of chains; a divergence
+    comes back with the group (and its draws so far) instead of losing them."""
+    try:
+        return estimator.partial_fit(X, y, classes=classes), None
+    except DivergenceError as exc:
+        return estimator, exc
 
 
 class BayesianNeuralNet(NeuralNet):
@@ -378,8 +382,9 @@ class BayesianNeuralNet(NeuralNet):
     def _refresh_sampler(self) -> None:
         """Apply ``sampler__*`` changes made with ``set_params`` to a continuing chain."""
         params = self.get_params_for("sampler")
-        if "adaptation_steps" in self.sampler_.hyperparameter_names() and "adaptation_steps" not in params:
-            params["adaptation_steps"] = self.sampler_.adaptation_steps
+        for run_setting in ("adaptation_steps", "n_steps"):  # set from the first call's plan: keep them
+            if run_setting in self.sampler_.hyperparameter_names() and run_setting not in params:
+                params[run_setting] = getattr(self.sampler_, run_setting)
         cls = self._sampler_class()
         if cls is not type(self.sampler_):
             raise ValueError(
@@ -448,6 +453,7 @@ class BayesianNeuralNet(NeuralNet):
             self._initialize_sampling(len(X))
         else:
             self._refresh_sampler()
+            self.sampler_.reset_cache(self.sampler_state_)
             self.posterior_.n_data = self.n_train_ = len(X)
         epochs = self._planned_epochs(len(X))
         self.n_steps_planned_ = epochs * self._batches_per_epoch(len(X))
@@ -496,9 +502,16 @@ class BayesianNeuralNet(NeuralNet):
             params = {k: v for k, v in self.get_params(deep=False).items()
                       if k.startswith("sampler") or k in ("max_epochs", "batch_size")}
             shards = [shard.set_params(**params) for shard in self.shards_]
-        shards = joblib.Parallel(n_jobs=self.n_jobs)(
+        results = joblib.Parallel(n_jobs=self.n_jobs)(
             joblib.delayed(_partial_fit_shard)(shard, X, y, classes) for shard in shards)
+        shards = [shard for shard, _ in results]
+        for shard, error in results:
+            if error is not None and getattr(shard, "diagnostics_", None) is None:
+                shard.diagnostics_ = shard._summarise_diagnostics()
         self._merge_shards(shards)
+        errors = [error for _, error in results if error is not None]
+        if errors:
+            raise errors[0]  # every group's draws are merged into trace_ first
         return self
 
     def _merge_shards(self, shards) -> None:
@@ -514,13 +527,19 @@ class BayesianNeuralNet(NeuralNet):
             self.criterion_ = first.criterion_
         self.trace_ = Trace.concatenate([shard.trace_ for shard in shards])
         self.n_steps_planned_ = first.n_steps_planned_
+        # run-level diagnostics: means weighted by each group's number of chains (lists element-wise)
+        weights = np.array([shard.n_chains for shard in shards], dtype=float)
+        weights /= weights.sum()
         summary = {}
         for key, val in first.diagnostics_.items():
             values = [shard.diagnostics_.get(key) for shard in shards]
-            if all(isinstance(v, (int, float, np.floating)) for v in values):
-                summary[key] = float(np.mean(values)) if not isinstance(val, int) else int(sum(values))
-            elif all(isinstance(v, (list, np.ndarray)) for v in values):  # per chain / replica / pair
-                summary[key] = [x for v in values for x in v]
+            if all(isinstance(v, (bool, np.bool_)) for v in values):
+                summary[key] = bool(any(values))
+            elif all(isinstance(v, (int, float, np.floating, np.integer)) for v in values):
+                mean = float(np.dot(weights, values))
+                summary[key] = int(round(mean)) if isinstance(val, (int, np.integer)) else mean
+            elif all(isinstance(v, (list, np.ndarray)) and len(v) == len(val) for v in values):
+                summary[key] = (weights @ np.asarray(values, dtype=float)).tolist()
         summary["n_steps"] = first.diagnostics_["n_steps"]
         self.convergence_ = self._convergence()
         summary.pop("max_rhat", None), summary.pop("min_ess_bulk", None)
@@ -663,24 +682,22 @@ class BayesianNeuralNet(NeuralNet):
         return self.trace_.unflatten(self.trace_.draws())
 
     def _network_outputs(self, X) -> torch.Tensor:
-        """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32."""
+        """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32.
+
+        All draws are evaluated together (the module's batched ``forward_chains``, else ``vmap`` over
+        ``functional_call``), in row chunks that keep about 2**25 activations on the device at once."""
         params = self._draw_parameters()
         X = self._validate_X(X, reset=False)
         names = [name for name, p in self.module_.named_parameters() if p.requires_grad]
-        net_params = {n: p.to(self.device_) for n, p in zip(names, params[: len(names)])}
-        n_draws = next(iter(net_params.values())).shape[0]
-
-        def single(p, xb):
-            return functional_call(self.module_, p, (xb,))
-
-        batched = torch.func.vmap(single, in_dims=(0, None))
-        rows = max(1, int(2**24 // max(1, n_draws * self._widest_layer())))
+        net_params = [p.to(self.device_) for p in params[: len(names)]]
+        n_draws = net_params[0].shape[0]
+        rows = max(1, int(2**25 // max(1, n_draws * self._widest_layer())))
         outs = []
         self.module_.eval()
         with torch.no_grad():
             for lo in range(0, len(X), rows):
                 xb = torch.as_tensor(X[lo: lo + rows], device=self.device_)
-                outs.append(batched(net_params, xb).float().cpu())
+                outs.append(batched_outputs(self.module_, names, net_params, xb).float().cpu())
         return torch.cat(outs, dim=1)
 
     def _widest_layer(self) -> int:

@@ -75,6 +75,9 @@ class DivergenceError(FloatingPointError):
         super().__init__(message)
         self.step = step
 
+    def __reduce__(self):  # picklable, so that it crosses joblib's process boundary intact
+        return type(self), (str(self), self.step)
+
 
 @dataclass
 class SamplerState:
@@ -216,6 +219,9 @@ class Sampler:
         """Expected number of steps per candidate draw (``StepInfo.is_draw``); 1 unless the sampler
         collects only some of its steps, as TACT-HMC does. The estimators plan their run length with it."""
         return 1.0
+
+    def reset_cache(self, state: SamplerState) -> None:
+        """Forget values cached from earlier batches (called when ``partial_fit`` continues on new data)."""
 
     def state_summary(self, state: SamplerState) -> dict:
         """Run-level diagnostics kept in the state (acceptance and swap rates, ...), for ``diagnostics_``."""

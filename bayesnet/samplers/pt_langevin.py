@@ -512,6 +512,12 @@ class PTLangevin(Sampler):
         ex["swap_accepts"][:, lower] += accept
         return accept.to(dtype).mean()
 
+    def reset_cache(self, state: SamplerState) -> None:
+        """Drop the cached potentials and gradients: the next step re-evaluates them on its own batch (so a
+        ``partial_fit`` on new data compares potentials of the same data)."""
+        state.extra["value"] = None
+        state.extra["grad_valid"] = torch.zeros_like(state.extra["grad_valid"])
+
     def state_summary(self, state: SamplerState) -> dict:
         """Run-level rates for the estimators' ``diagnostics_``: ``replica_acceptance_rates`` (per ladder slot)
         and ``pair_swap_rates`` (per neighbouring pair), ``replica_step_sizes`` (the proposal sd of each slot), lists
