@@ -235,6 +235,9 @@ def test_n_jobs_runs_chains_in_processes_and_on_dask(iris):
             assert BayesianMLPClassifier(**kw).fit(X, y).trace_.n_slots == 4  # a whole fit on the cluster
     on_loky = BayesianMLPClassifier(**short).fit(X, y)
     torch.testing.assert_close(on_dask.trace_.draws(), on_loky.trace_.draws(), rtol=1e-4, atol=1e-5)
+    with joblib.parallel_config(backend="threading"):  # groups in threads of this process: same chains
+        in_threads = BayesianMLPClassifier(**short).fit(X, y)
+    torch.testing.assert_close(in_threads.trace_.draws(), on_loky.trace_.draws(), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("head", ["categorical", "gaussian"])

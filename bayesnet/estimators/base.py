@@ -19,6 +19,7 @@ are; ``partial_fit`` adds input validation in front of skorch's.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from numbers import Integral, Real
 
@@ -156,6 +157,9 @@ class SamplingProgressBar(Callback):
         state = self.__dict__.copy()
         state.pop("_bar", None)
         return state
+
+
+_GLOBAL_RNG_LOCK = threading.Lock()
 
 
 def _partial_fit_shard(estimator, X, y, classes):
@@ -335,7 +339,9 @@ class BayesianNeuralNet(NeuralNet):
         # every packed member (chain, tempering replica, ensemble walker) starts from its own initialisation
         n_members = int(self.n_chains) * self.sampler_.members_per_chain()
         members = []
-        with torch.random.fork_rng(devices=[]):
+        # modules initialise from torch's global RNG: seed and build under a lock, so that fits running in
+        # threads (joblib's threading backend, an in-process dask cluster) cannot interleave their seeds
+        with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed_module)
             for _ in range(n_members):
                 module, likelihood = self._build_module(), self._build_likelihood()
