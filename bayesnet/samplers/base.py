@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any, ClassVar, Protocol, Sequence
 
 import torch
@@ -53,6 +53,11 @@ class Potential(Protocol):
     def value_and_grad(self, batch: Any) -> tuple[Tensor, list[Tensor]]: ...
 
     def value(self, batch: Any) -> Tensor: ...
+
+
+def is_integer(value: Any, low: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) of at least ``low``."""
+    return not isinstance(value, bool) and isinstance(value, Integral) and value >= low
 
 
 def per_chain_mean(value: Any) -> float:
@@ -162,7 +167,8 @@ class Sampler:
 
     Subclasses declare their hyperparameters as keyword arguments of
     ``__init__`` with defaults, list the strictly positive ones in
-    ``_positive`` and the non-negative ones in ``_non_negative``, and implement
+    ``_positive``, the non-negative ones in ``_non_negative`` and the
+    integer ones with their minimum in ``_integers``, and implement
     :meth:`init` and :meth:`step`.
 
     Raises
@@ -181,6 +187,8 @@ class Sampler:
     exact_potential: ClassVar[bool] = False
     _positive: ClassVar[tuple[str, ...]] = ()
     _non_negative: ClassVar[tuple[str, ...]] = ()
+    #: integer hyperparameters and their smallest allowed value
+    _integers: ClassVar[dict[str, int]] = {}
 
     @classmethod
     def hyperparameter_names(cls) -> list[str]:
@@ -209,6 +217,10 @@ class Sampler:
                 raise ValueError(f"{self.name}: {key} must be > 0, got {val!r}.")
             if key in self._non_negative and val < 0:
                 raise ValueError(f"{self.name}: {key} must be >= 0, got {val!r}.")
+        for key, low in self._integers.items():
+            val = getattr(self, key)
+            if not is_integer(val, low):
+                raise ValueError(f"{self.name}: {key} must be an integer >= {low}, got {val!r}.")
 
     def members_per_chain(self) -> int:
         """Position sets one chain packs on the leading axis: 1, or the tempering replicas (pt-langevin) or

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral
 from typing import Any, Sequence
 
 import torch
@@ -220,6 +219,7 @@ class EQN(Sampler):
     name = "eqn"
     _positive = ("step_size", "friction", "temperature")
     _non_negative = ("covariance_blending",)
+    _integers = {"n_walkers": 1, "covariance_interval": 1}
 
     def __init__(self, step_size: float = 0.01, friction: float = 1.0, temperature: float = 1.0,
                  n_walkers: int = 8, covariance_blending: float = 10.0, covariance_interval: int = 1000):
@@ -230,13 +230,6 @@ class EQN(Sampler):
         self.covariance_blending = covariance_blending
         self.covariance_interval = covariance_interval
         self._validate()
-
-    def _validate(self) -> None:
-        super()._validate()
-        for key in ("n_walkers", "covariance_interval"):
-            val = getattr(self, key)
-            if isinstance(val, bool) or not isinstance(val, Integral) or val < 1:
-                raise ValueError(f"{self.name}: {key} must be an integer >= 1, got {val!r}.")
 
     def members_per_chain(self) -> int:
         """The ``n_walkers`` walkers of one chain."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral
 from typing import Any, Sequence
 
 import torch
@@ -84,6 +83,7 @@ class HMC(Sampler):
     exact_potential = True
     _positive = ("step_size", "temperature")
     _non_negative = ("jitter",)
+    _integers = {"n_leapfrog": 1, "adaptation_steps": 0}
 
     def __init__(self, step_size: float = 0.01, n_leapfrog: int = 20, jitter: float = 0.1, temperature: float = 1.0,
                  target_accept: float = 0.8, adaptation_steps: int = 0):
@@ -94,14 +94,10 @@ class HMC(Sampler):
         self.target_accept = target_accept
         self.adaptation_steps = adaptation_steps
         self._validate()
-        if isinstance(n_leapfrog, bool) or not isinstance(n_leapfrog, Integral) or n_leapfrog < 1:
-            raise ValueError(f"hmc: n_leapfrog must be an integer >= 1, got {n_leapfrog!r}.")
         if not 0 <= jitter < 1:
             raise ValueError(f"hmc: jitter must be in [0, 1), got {jitter!r}.")
         if not 0 < target_accept < 1:
             raise ValueError(f"hmc: target_accept must be in (0, 1), got {target_accept!r}.")
-        if isinstance(adaptation_steps, bool) or not isinstance(adaptation_steps, Integral) or adaptation_steps < 0:
-            raise ValueError(f"hmc: adaptation_steps must be an integer >= 0, got {adaptation_steps!r}.")
 
     def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
              n_chains: int | None = None) -> SamplerState:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from .base import Potential, Sampler, SamplerState, StepInfo, is_integer, register_sampler
 from .integrators import gaussian_like
 
 __all__ = ["PTLangevin", "geometric_ladder", "swap_log_acceptance"]
@@ -45,8 +45,6 @@ def swap_log_acceptance(beta_i: Tensor, beta_j: Tensor, u_i: Tensor, u_j: Tensor
     return torch.where(torch.isfinite(log_a), log_a, torch.full_like(log_a, -math.inf))
 
 
-def _is_int(value: Any, low: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, Integral) and value >= low
 
 
 @register_sampler
@@ -231,6 +229,7 @@ class PTLangevin(Sampler):
     exact_potential = True  # the Metropolis-Hastings tests are exact only on the full-data potential
     _positive = ("step_size", "max_temperature")
     _non_negative = ("langevin_prob", "tempering_fraction")
+    _integers = {"n_replicas": 1, "swap_interval": 1, "adaptation_steps": 0}
 
     def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
                  langevin_prob: float = 0.5, step_size: float = 0.025, langevin_step_size: float | str = "auto",
@@ -249,16 +248,11 @@ class PTLangevin(Sampler):
         self._validate()
 
     def _validate(self) -> None:
-        if not _is_int(self.adaptation_steps, 0):
-            raise ValueError(f"{self.name}: adaptation_steps must be an integer >= 0, got {self.adaptation_steps!r}.")
         ta = self.target_accept
         if isinstance(ta, bool) or not isinstance(ta, (int, float)) or not 0 < ta < 1:
             raise ValueError(f"{self.name}: target_accept must be in (0, 1), got {ta!r}.")
         super()._validate()
-        for key in ("n_replicas", "swap_interval"):
-            if not _is_int(getattr(self, key), 1):
-                raise ValueError(f"{self.name}: {key} must be an integer >= 1, got {getattr(self, key)!r}.")
-        if self.n_steps is not None and not _is_int(self.n_steps, 1):
+        if self.n_steps is not None and not is_integer(self.n_steps, 1):
             raise ValueError(f"{self.name}: n_steps must be None or an integer >= 1, got {self.n_steps!r}.")
         if self.max_temperature < 1:
             raise ValueError(f"{self.name}: max_temperature must be >= 1 (the ladder starts at T = 1), "

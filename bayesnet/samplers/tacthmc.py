@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral
 from typing import Any, Sequence
 
 import torch
@@ -225,6 +224,7 @@ class TACTHMC(Sampler):
     _positive = ("step_size", "thermal_inertia", "tempering_thermal_inertia", "plateau",
                  "coupling_width", "wall", "metadynamics_height", "temperature")
     _non_negative = ("noise", "tempering_noise")
+    _integers = {"steps_per_sample": 1, "coupling_order": 1, "n_bins": 1}
 
     def __init__(self, step_size: float = 1e-4, tempering_step_size: float | str = "auto", noise: float = 0.05,
                  tempering_noise: float = 0.05, thermal_inertia: float = 1.0, tempering_thermal_inertia: float = 1.0,
@@ -260,10 +260,6 @@ class TACTHMC(Sampler):
         if eta_xi != "auto" and (isinstance(eta_xi, bool) or not isinstance(eta_xi, (int, float))
                                  or not math.isfinite(eta_xi) or eta_xi <= 0):
             raise ValueError(f"{self.name}: tempering_step_size must be 'auto' or a number > 0, got {eta_xi!r}.")
-        for key in ("steps_per_sample", "coupling_order", "n_bins"):
-            val = getattr(self, key)
-            if isinstance(val, bool) or not isinstance(val, Integral) or val < 1:
-                raise ValueError(f"{self.name}: {key} must be an integer >= 1, got {val!r}.")
         if self.coupling_width <= self.plateau:
             raise ValueError(f"{self.name}: coupling_width ({self.coupling_width}) must exceed plateau "
                              f"({self.plateau}).")
