@@ -10,6 +10,7 @@ from torch import Tensor
 
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
 from .integrators import (
+    baoab_step,
     chain_numel,
     exact_ou_coefficients,
     gaussian_momentum,
@@ -344,12 +345,7 @@ class EQN(Sampler):
         if grad is None:  # first step: the gradient at the starting point
             _, grad = potential.value_and_grad(batch)
         if ex.get("snapshot") is None:  # B = I: exactly BAOAB
-            gradient_step(p, grad, eps / 2)
-            position_step(theta, p, eps / 2)
-            ornstein_uhlenbeck_step(p, a, noise, generator)
-            position_step(theta, p, eps / 2)
-            value, grad = potential.value_and_grad(batch)
-            gradient_step(p, grad, eps / 2)
+            value, grad = baoab_step(theta, p, grad, eps, a, noise, potential, batch, generator)
         else:
             pg = ex.get("preconditioned_grad")
             if pg is None:

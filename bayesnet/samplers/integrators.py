@@ -39,6 +39,7 @@ __all__ = [
     "numel",
     "chain_numel",
     "exact_ou_coefficients",
+    "baoab_step",
 ]
 
 
@@ -169,6 +170,40 @@ def squared_norm(tensors: Sequence[Tensor], flat: Tensor | None = None) -> Tenso
         return torch.dot(flat, flat) if flat.ndim == 1 else flat.square().sum(dim=1)
     norms = torch._foreach_norm(list(tensors))
     return torch.stack(norms).square().sum()
+
+
+def baoab_step(position: Sequence[Tensor], momentum: Sequence[Tensor], gradient: Sequence[Tensor],
+               step_size: float, decay: float, noise_std: float, potential, batch,
+               generator: torch.Generator | None) -> tuple[Tensor, list[Tensor]]:
+    """One BAOAB step ``B/2 A/2 O A/2 B/2`` in place, unit mass (paper 004 eq. 13, Leimkuhler-Matthews).
+
+    Parameters
+    ----------
+    position, momentum : sequence of Tensor
+        ``theta`` and ``p`` (updated in place).
+    gradient : sequence of Tensor
+        ``grad U`` at the starting position (the previous step's last gradient).
+    step_size : float
+        ``epsilon``.
+    decay, noise_std : float
+        The O step's coefficients for a time ``epsilon`` (:func:`exact_ou_coefficients`).
+    potential : Potential
+        Evaluated once, at the new position.
+    batch : any
+    generator : torch.Generator or None
+
+    Returns
+    -------
+    value, gradient
+        ``U`` and ``grad U`` at the new position (the next step's starting gradient).
+    """
+    gradient_step(momentum, gradient, step_size / 2)
+    position_step(position, momentum, step_size / 2)
+    ornstein_uhlenbeck_step(momentum, decay, noise_std, generator)
+    position_step(position, momentum, step_size / 2)
+    value, gradient = potential.value_and_grad(batch)
+    gradient_step(momentum, gradient, step_size / 2)
+    return value, gradient
 
 
 def exact_ou_coefficients(friction: float, time_step: float, eta: float, temperature: float) -> tuple[float, float]:
