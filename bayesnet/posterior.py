@@ -223,18 +223,24 @@ class ChainPosterior:
         params = list(self.network_parameters if parameters is None else parameters[: len(self.net_names)])
         return batched_outputs(self.module, self.net_names, params, X)
 
+    def _batched_terms(self) -> bool:
+        """Whether the likelihood and the prior have batched forms (plain tensor expressions, no vmap)."""
+        return hasattr(self.likelihood, "log_likelihood_chains") and hasattr(self.prior, "log_prob_chains")
+
+    def _data_term(self, X: Tensor, y: Tensor) -> Tensor:
+        """``-(N/|S|) log p(y|x, theta_s, phi_s) - log p(phi_s)`` of every member through the batched forms."""
+        lik_params = self.parameters[len(self.net_names):]
+        log_lik = self.likelihood.log_likelihood_chains(self.outputs(X), y, lik_params)
+        return -(self.n_data / y.shape[0]) * log_lik - self.likelihood.log_prior_chains(lik_params)
+
     def value(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """The ``S`` mini-batch potentials, shape ``(S,)`` (differentiable)."""
         X, y = batch
+        if self._batched_terms():
+            return self._data_term(X, y) - self.prior.log_prob_chains(self.network_parameters)
         out = self.outputs(X)
         lik_params = self.parameters[len(self.net_names):]
         lik_names, prior = self.lik_names, self.prior
-        batched_lik = getattr(self.likelihood, "log_likelihood_chains", None)
-        batched_prior = getattr(prior, "log_prob_chains", None)
-        if batched_lik is not None and batched_prior is not None:  # plain batched tensor expressions
-            log_lik = batched_lik(out, y, lik_params)
-            return (-(self.n_data / y.shape[0]) * log_lik - batched_prior(self.network_parameters)
-                    - self.likelihood.log_prior_chains(lik_params))
 
         def rest(net_ps, lik_ps, o):
             lik = dict(zip(lik_names, lik_ps))
@@ -248,22 +254,19 @@ class ChainPosterior:
     def value_and_grad(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, list[Tensor]]:
         """``((S,) potentials, gradients shaped like parameters)``: every member's own gradient."""
         prior_grad = getattr(self.prior, "grad_log_prob_chains", None)
-        if prior_grad is None or not hasattr(self.prior, "log_prob_chains") \
-                or not hasattr(self.likelihood, "log_likelihood_chains"):
+        if prior_grad is None or not self._batched_terms():
             with torch.enable_grad():
                 u = self.value(batch)
                 grads = torch.autograd.grad(u.sum(), self.parameters)
             return u.detach(), list(grads)
         # the prior's gradient in closed form, added in place: autograd then runs through the likelihood only
         X, y = batch
-        lik_params = self.parameters[len(self.net_names):]
         net = self.network_parameters
         with torch.enable_grad():
-            u_lik = -(self.n_data / y.shape[0]) * self.likelihood.log_likelihood_chains(self.outputs(X), y, lik_params)
-            u_lik = u_lik - self.likelihood.log_prior_chains(lik_params)
-            grads = list(torch.autograd.grad(u_lik.sum(), self.parameters))
+            u_data = self._data_term(X, y)
+            grads = list(torch.autograd.grad(u_data.sum(), self.parameters))
         with torch.no_grad():
-            u = u_lik.detach() - self.prior.log_prob_chains(net)
+            u = u_data.detach() - self.prior.log_prob_chains(net)
             torch._foreach_sub_(grads[: len(net)], prior_grad(net))
         return u, grads
 
