@@ -129,12 +129,27 @@ class _LogPrior(nn.Module):
 
 
 def batched_outputs(module: nn.Module, names: Sequence[str], parameters: Sequence[Tensor], X: Tensor) -> Tensor:
-    """Outputs of ``S`` parameter sets of ``module`` on the same ``X``: shape ``(S, n, n_outputs)``.
+    """Outputs of ``S`` parameter sets of ``module`` on the same inputs.
 
-    ``parameters`` are the module's trainable parameters (``names``, in order)
-    with a leading axis of ``S``. The module's own ``forward_chains`` is used
-    when it has one (batched matrix products), else ``vmap`` over
-    ``functional_call``. Serves both sampling (chains) and prediction (draws).
+    The module's own ``forward_chains`` is used when it has one (batched
+    matrix products, measured faster in ``benchmarks/chains_vectorised.py``),
+    else ``torch.func.vmap`` over ``functional_call``. Serves both sampling
+    (chains, replicas, walkers) and prediction (posterior draws).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The architecture; its own parameters are not used.
+    names : sequence of str
+        The module's trainable parameter names, in ``named_parameters`` order.
+    parameters : sequence of Tensor
+        One tensor per name, shape ``(S, *param.shape)``.
+    X : Tensor, shape (n, ...)
+        Inputs shared by the ``S`` parameter sets.
+
+    Returns
+    -------
+    Tensor, shape (S, n, n_outputs)
     """
     forward_chains = getattr(module, "forward_chains", None)
     if forward_chains is not None:

@@ -61,7 +61,17 @@ def is_integer(value: Any, low: int) -> bool:
 
 
 def per_chain_mean(value: Any) -> float:
-    """A diagnostic as one float: the mean over chains of a per-chain tensor (shape ``(S,)``), else the value."""
+    """A diagnostic as one float (for skorch's history).
+
+    Parameters
+    ----------
+    value : float, bool or Tensor of shape () or (S,)
+
+    Returns
+    -------
+    float
+        The mean over the chain axis for a per-member tensor, else the value.
+    """
     if isinstance(value, Tensor):
         return float(value.float().mean()) if value.numel() != 1 else float(value.reshape(()))
     return float(value)

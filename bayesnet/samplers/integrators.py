@@ -111,7 +111,18 @@ def gaussian_momentum(position: Sequence[Tensor], std: float, generator: torch.G
 
 
 def momentum_views(flat: Tensor, position: Sequence[Tensor]) -> list[Tensor]:
-    """Views of ``flat`` (``(D,)`` or chain-major ``(S, D / S)``) shaped like ``position``."""
+    """Views of a momentum buffer shaped like ``position`` (in-place updates of one show in the other).
+
+    Parameters
+    ----------
+    flat : Tensor, shape (D,) or chain-major (S, D / S)
+    position : sequence of Tensor
+        Templates; with a 2-D ``flat`` each has a leading axis of ``S``.
+
+    Returns
+    -------
+    list of Tensor
+    """
     if flat.ndim == 1:
         return [c.view_as(p) for c, p in zip(flat.split([p.numel() for p in position]), position)]
     sizes = [p[0].numel() for p in position]
