@@ -316,7 +316,6 @@ class BayesianNeuralNet(NeuralNet):
     # fitting
     # ------------------------------------------------------------------ #
     def _initialize_sampling(self, n_data: int) -> None:
-        self._validate_hyperparameters()
         self.device_ = resolve_device(self.device)
         rng = check_random_state(self.random_state)
         seed_module, seed_data, seed_noise = (int(s) for s in rng.randint(0, 2**31 - 1, size=3))
@@ -451,6 +450,7 @@ class BayesianNeuralNet(NeuralNet):
             )
         if not self.initialized_:
             self.initialize()
+        self._validate_hyperparameters()  # every path: fresh, continuing, groups of chains in workers
         if self._n_shards() > 1 or getattr(self, "shards_", None):
             return self._partial_fit_shards(X, y, classes)
         fresh = getattr(self, "sampler_state_", None) is None
@@ -497,7 +497,6 @@ class BayesianNeuralNet(NeuralNet):
         chain, vectorised in one worker. A later ``partial_fit`` continues every group where it stopped."""
         fresh = not getattr(self, "shards_", None)
         self._validate_fit_data(X, y, reset=fresh, classes=classes)  # bad data fails here, before any worker starts
-        self._validate_hyperparameters()
         if fresh:
             rng = check_random_state(self.random_state)
             groups = np.array_split(np.arange(int(self.n_chains)), self._n_shards())
