@@ -173,6 +173,8 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
     (dict(sampler__step_size=0.0), "step_size must be > 0"),
     (dict(sampler="sgld", sampler__friction=0.1), "unknown hyperparameter"),
     (dict(n_draws=0), "n_draws"),
+    (dict(n_chains=0), "n_chains"),
+    (dict(n_chains=2, n_jobs="two"), "n_jobs"),
     (dict(device="tpu"), "device"),
 ])
 def test_bad_hyperparameters(cancer, kwargs, match):
