@@ -1,7 +1,8 @@
 """bayesnet: scikit-learn compatible Bayesian neural networks fitted by posterior sampling."""
 
 from .diagnostics import effective_sample_size, integrated_autocorrelation_time, split_rhat
-from .estimators import BayesianMLPClassifier, BayesianMLPRegressor
+from .estimators import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPClassifier,
+                         BayesianMLPRegressor, BayesianRNNClassifier, BayesianRNNRegressor)
 from .samplers import DivergenceError, available_samplers, make_sampler
 from .timeseries import TakensEmbedding, make_forecasting_windows
 
@@ -10,6 +11,10 @@ __version__ = "0.1.0"
 __all__ = [
     "BayesianMLPClassifier",
     "BayesianMLPRegressor",
+    "BayesianCNNClassifier",
+    "BayesianCNNRegressor",
+    "BayesianRNNClassifier",
+    "BayesianRNNRegressor",
     "TakensEmbedding",
     "make_forecasting_windows",
     "DivergenceError",

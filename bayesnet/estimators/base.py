@@ -282,15 +282,33 @@ class BayesianNeuralNet(NeuralNet):
     # ------------------------------------------------------------------ #
     # data
     # ------------------------------------------------------------------ #
+    # inputs of more than two axes (sequences, images) are accepted by estimators whose network takes them
+    _allow_nd = False
+
     def _validate_X(self, X, reset: bool):
-        return validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1)
+        X = validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1, allow_nd=self._allow_nd)
+        return self._shape_input(X, reset)
 
     def _validate_fit_data(self, X, y, reset: bool, classes=None):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, multi_output=True,
-                             y_numeric=False, ensure_min_samples=2)
-        return X, self._validate_targets(y, reset=reset, classes=classes)
+                             y_numeric=False, ensure_min_samples=2, allow_nd=self._allow_nd)
+        return self._shape_input(X, reset), self._validate_targets(y, reset=reset, classes=classes)
+
+    def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
+        """Bring validated input to the network's layout ``(n, *input_shape_)``, recording the per-sample shape
+        on ``reset`` and checking it otherwise. Tabular networks take ``(n, n_features)`` as it is."""
+        return self._check_input_shape(X, reset, "n_features")
+
+    def _check_input_shape(self, X: np.ndarray, reset: bool, layout: str) -> np.ndarray:
+        """Record (``reset``) or check the per-sample shape of already reshaped input."""
+        if reset:
+            self.input_shape_ = tuple(X.shape[1:])
+        elif tuple(X.shape[1:]) != tuple(self.input_shape_):
+            raise ValueError(f"X has samples of shape {tuple(X.shape[1:])} ({layout}), but {type(self).__name__} "
+                             f"was fitted with samples of shape {tuple(self.input_shape_)}.")
+        return X
 
     def get_dataset(self, X, y=None):
         tensors = [torch.as_tensor(X, device=self.device_)]
@@ -523,7 +541,7 @@ class BayesianNeuralNet(NeuralNet):
         self.shards_ = list(shards)
         first = shards[0]
         for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_",
-                     "feature_names_in_", "device_", "prior_", "sampler_", "n_train_", "history_"):
+                     "feature_names_in_", "input_shape_", "device_", "prior_", "sampler_", "n_train_", "history_"):
             if attr in vars(first):
                 setattr(self, attr, getattr(first, attr))
         with self._current_init_context("module"):
@@ -686,26 +704,45 @@ class BayesianNeuralNet(NeuralNet):
         check_is_fitted(self)
         return self.trace_.unflatten(self.trace_.draws())
 
-    def _network_outputs(self, X) -> torch.Tensor:
-        """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32.
+    def _output_chunks(self, X):
+        """Raw network outputs for every draw, one row chunk at a time.
 
-        All draws are evaluated together (the module's batched ``forward_chains``, else ``vmap`` over
-        ``functional_call``), in row chunks that keep about 2**25 activations on the device at once."""
+        Yields tensors of shape (n_draws, rows, n_outputs) on ``device_``. All
+        draws are evaluated together (the module's batched ``forward_chains``,
+        else ``vmap`` over ``functional_call``), never one ``load_state_dict``
+        per draw; the draws are copied to the device once per call, and the
+        row chunks hold about ``_prediction_budget()`` activations at once."""
         params = self._draw_parameters()
         X = self._validate_X(X, reset=False)
         names = [name for name, p in self.module_.named_parameters() if p.requires_grad]
-        net_params = [p.to(self.device_) for p in params[: len(names)]]
+        net_params = [p.to(self.device_, non_blocking=True) for p in params[: len(names)]]
         n_draws = net_params[0].shape[0]
-        rows = max(1, int(2**25 // max(1, n_draws * self._widest_layer())))
-        outs = []
+        per_row = n_draws * self._activations_per_row(X.shape[1:])
+        rows = max(1, int(self._prediction_budget() // max(1, per_row)))
         self.module_.eval()
         with torch.no_grad():
             for lo in range(0, len(X), rows):
-                xb = torch.as_tensor(X[lo: lo + rows], device=self.device_)
-                outs.append(batched_outputs(self.module_, names, net_params, xb).float().cpu())
-        return torch.cat(outs, dim=1)
+                xb = torch.as_tensor(X[lo: lo + rows]).to(self.device_, non_blocking=True)
+                yield batched_outputs(self.module_, names, net_params, xb)
 
-    def _widest_layer(self) -> int:
+    def _network_outputs(self, X) -> torch.Tensor:
+        """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32."""
+        return torch.cat([out.float().cpu() for out in self._output_chunks(X)], dim=1)
+
+    def _prediction_budget(self) -> int:
+        """Activations (float32 numbers) a prediction chunk may hold: 2**22 (16 MiB) on a CPU; on a GPU a
+        32nd of the free memory's bytes (an eighth of it in float32 activations)."""
+        if self.device_.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device_)
+            return max(2**22, free // 32)
+        return 2**22
+
+    def _activations_per_row(self, sample_shape) -> int:
+        """Activations the network holds at once for one input row (its ``activations_per_row`` when it has
+        one, else its widest layer)."""
+        per_row = getattr(self.module_, "activations_per_row", None)
+        if per_row is not None:
+            return int(per_row(tuple(sample_shape)))
         return max((p.shape[0] for p in self.module_.parameters() if p.ndim >= 1), default=1)
 
     def __getstate__(self):

@@ -87,13 +87,19 @@ class BayesianClassifierMixin(ClassifierMixin):
             Only with ``return_interval=True``: the ``(1 - level)/2`` and
             ``(1 + level)/2`` quantiles over draws.
         """
-        draws = self.predict_draws(X)
-        proba = draws.mean(axis=0)
+        if return_interval:
+            level = _check_level(level)
+        means, lowers, uppers = [], [], []
+        for out in self._output_chunks(X):  # row chunks: the (n_draws, rows, n_classes) block stays small
+            proba = torch.softmax(out.double(), dim=-1)
+            means.append(proba.mean(dim=0).cpu().numpy())
+            if return_interval:
+                lower, upper = np.quantile(proba.cpu().numpy(), [(1 - level) / 2, (1 + level) / 2], axis=0)
+                lowers.append(lower), uppers.append(upper)
+        proba = np.concatenate(means)
         if not return_interval:
             return proba
-        level = _check_level(level)
-        lower, upper = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
-        return proba, lower, upper
+        return proba, np.concatenate(lowers), np.concatenate(uppers)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""

@@ -1,0 +1,87 @@
+"""Docstring sections shared by the estimators (numpydoc)."""
+
+SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
+        One of :func:`bayesnet.available_samplers`. Its hyperparameters are
+        set as ``sampler__<name>=value`` keyword arguments, e.g.
+        ``sampler__step_size=1e-4`` (also through ``set_params`` and
+        ``GridSearchCV``).
+    n_draws : int, default=100
+        Number of posterior draws kept per chain (per temperature-1 replica
+        or walker for pt-langevin and eqn) for prediction; predictions average
+        the draws of all chains.
+    burn_in : int, default=1000
+        Sampler steps (mini-batches) discarded at the start.
+    thinning : int or "auto", default="auto"
+        Keep every ``thinning``-th candidate step after burn-in (every step
+        is a candidate, except for tacthmc, which offers only the steps at
+        unit temperature that are multiples of its ``steps_per_sample``, and
+        hmc, where a step is a whole trajectory). "auto" is 10, or 1 for
+        tacthmc.
+    n_chains : int, default=1
+        Independent chains. On one device they advance together in one
+        batched forward and backward pass (batched matrix products and grouped
+        convolutions, :mod:`bayesnet.networks`), all on the same mini-batch; each starts
+        from its own random initialisation. pt-langevin runs ``n_replicas``
+        tempering replicas per chain, eqn ``n_walkers`` walkers per chain.
+        ``convergence_`` reports split R-hat and bulk ESS across them.
+    n_jobs : int or None, default=None
+        With ``n_chains > 1``: fit groups of chains in ``n_jobs`` joblib
+        worker processes (loky by default; inside
+        ``joblib.parallel_config(backend="dask")`` on a dask cluster) and
+        merge their draws; None keeps all chains vectorised in this process.
+        Each group is vectorised in its worker.
+    prior_scale : float or prior object, default=1.0
+        Standard deviation of the isotropic Gaussian prior on every weight
+        and bias (or an object with ``log_prob(parameters)``).
+    batch_size : int or "auto", default="auto"
+        Mini-batch size; -1 for full-batch gradients; "auto" is 128 rows for
+        the stochastic-gradient samplers and the full batch for ``hmc``.
+    max_epochs : int or None, default=None
+        Epochs to run; None runs ``burn_in + n_draws * thinning`` steps
+        (for tacthmc ``burn_in + n_draws * thinning * steps_per_sample / 0.2``,
+        0.2 being the expected fraction of steps at unit temperature).
+    device : {"cpu", "cuda", "cuda:N", "auto"}, default="cpu"
+        Where sampling and prediction run ("auto": a GPU when there is one).
+        Draws are always stored on the CPU; prediction copies them to the
+        device once and evaluates all of them together, in row chunks sized
+        to the device's free memory. A model fitted on a GPU unpickles and
+        predicts on a machine without one (on the CPU).
+    random_state : int, RandomState or None, default=None
+        Seeds the initial weights, the mini-batch order and the sampler noise.
+    verbose : int, default=0
+        1 shows a progress bar over sampler steps.
+    **kwargs
+        ``sampler__*`` hyperparameters and skorch ``NeuralNet`` options
+        (``callbacks``, ``iterator_train__*``, ...).
+
+    Attributes
+    ----------
+    classes_ / n_outputs_ / n_features_in_ : fitted data description.
+    input_shape_ : tuple of int
+        Shape of one sample as the network takes it (``(n_features,)`` for
+        the MLP, ``(T, n_features)`` for the RNN, ``(C, L)`` or ``(C, H, W)``
+        for the CNN).
+    module_ : torch.nn.Module
+        The network; its parameters hold the chain's current position.
+    sampler_ : bayesnet.samplers.Sampler
+    trace_ : bayesnet.trace.Trace
+        The retained draws, one slot per chain (per replica/walker for
+        pt-langevin and eqn); ``trace_.as_array()`` is (n_slots, n_draws, D).
+    convergence_ : dict
+        ``{"potential" | "projection_k": {"rhat": float, "ess_bulk": float}}``:
+        rank-normalised split R-hat and bulk effective sample size (Vehtari
+        et al. 2021) of the potential and of three fixed random projections
+        of the weights, over the draws of all chains.
+    shards_ : list of estimators or None
+        With ``n_jobs``: the per-process estimators whose draws were merged.
+    diagnostics_ : dict
+        Means over the steps after burn-in of the sampler's diagnostics:
+        ``potential``, ``kinetic_temperature`` (samplers with momentum; about
+        ``temperature`` when the step size is right), ``thermostat`` (sgnht),
+        ``acceptance_rate`` and ``n_divergent`` (hmc), ``n_steps``, and
+        ``max_rhat``/``min_ess_bulk`` over ``convergence_``; pt-langevin adds
+        its acceptance and swap rates.
+    history_ : skorch History
+        Per step: ``potential``, ``kinetic_energy``, ``kinetic_temperature``
+        (samplers with momentum), ``train_loss`` (= potential / N).
+"""

@@ -1,0 +1,102 @@
+"""Bayesian recurrent networks (LSTM, GRU) for sequences."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..networks import RNN
+from ._docs import SAMPLING_DOC
+from .base import BayesianNeuralNet
+from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
+
+__all__ = ["RNN", "BayesianRNNClassifier", "BayesianRNNRegressor"]
+
+_ARCH_DOC = """
+    Parameters
+    ----------
+    hidden_size : int, default=128
+        Units of every recurrent layer.
+    num_layers : int, default=1
+        Stacked recurrent layers.
+    dense_layer_sizes : tuple of int, default=(64,)
+        Widths of the dense layers between the last hidden state and the
+        output.
+    cell : {"lstm", "gru"}, default="lstm"
+        PyTorch's ``nn.LSTM``/``nn.GRU`` equations and initialisation.
+    activation : {"relu", "tanh", "sigmoid", "logistic", "gelu", "identity"}, default="relu"
+        Applied to the last hidden state and after every dense layer.
+
+    X is ``(n_samples, n_timesteps, n_features)``, or ``(n_samples,
+    n_timesteps)`` for univariate sequences (the output of
+    :class:`bayesnet.TakensEmbedding` or of
+    :func:`bayesnet.make_forecasting_windows`); prediction needs the same
+    ``n_timesteps`` as ``fit``. The defaults are paper 000 Sec. 5.2's RNN:
+    LSTM with 128 units, ReLU, dense 64 with ReLU, output.
+"""
+
+
+class _RNNNet(BayesianNeuralNet):
+    """What the RNN estimators share: input layout and the network."""
+
+    _allow_nd = True
+
+    def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
+        if X.ndim == 2:
+            X = X[:, :, None]  # univariate sequences
+        elif X.ndim != 3:
+            raise ValueError(f"{type(self).__name__} expects X of shape (n_samples, n_timesteps) or (n_samples, "
+                             f"n_timesteps, n_features), got {X.ndim} axes.")
+        return self._check_input_shape(X, reset, "n_timesteps, n_features")
+
+    def _build_module(self):
+        return RNN(self.input_shape_[1], self.n_outputs_, self.hidden_size, self.num_layers, self.dense_layer_sizes,
+                   self.cell, self.activation)
+
+
+class BayesianRNNClassifier(BayesianClassifierMixin, _RNNNet):
+    __doc__ = """Bayesian recurrent classifier for sequences, fitted by sampling the posterior over its weights.
+
+    The likelihood is categorical on the network's logits; ``predict_proba``
+    averages the class probabilities of the retained posterior draws.
+    """ + _ARCH_DOC + SAMPLING_DOC
+
+    def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
+                 sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
+                 prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
+                 **kwargs):
+        super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
+                         n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,
+                         device=device, random_state=random_state, verbose=verbose, **kwargs)
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.dense_layer_sizes = dense_layer_sizes
+        self.cell = cell
+        self.activation = activation
+
+
+class BayesianRNNRegressor(BayesianRegressorMixin, _RNNNet):
+    __doc__ = """Bayesian recurrent regressor for sequences (e.g. forecasting), fitted by sampling weights and noise.
+
+    The likelihood is Gaussian with a sampled observation-noise variance
+    (inverse-gamma prior), so predictive intervals include aleatoric noise.
+    Targets are standardised internally and predictions mapped back.
+    """ + _ARCH_DOC + SAMPLING_DOC + """
+    noise_shape, noise_scale : float, default=1.0, 0.1
+        Inverse-gamma prior ``IG(noise_shape, noise_scale)`` on the noise
+        variance of the *standardised* targets.
+"""
+
+    def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
+                 sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
+                 prior_scale=1.0, noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None, device="cpu",
+                 random_state=None, verbose=0, **kwargs):
+        super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
+                         n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,
+                         device=device, random_state=random_state, verbose=verbose, **kwargs)
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.dense_layer_sizes = dense_layer_sizes
+        self.cell = cell
+        self.activation = activation
+        self.noise_shape = noise_shape
+        self.noise_scale = noise_scale

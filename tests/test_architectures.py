@@ -1,0 +1,246 @@
+"""The CNN and RNN networks and estimators: batched evaluation, input layouts, every sampler, devices."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.datasets import load_digits
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.pipeline import make_pipeline
+from torch import nn
+
+from bayesnet import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPClassifier, BayesianRNNClassifier,
+                      BayesianRNNRegressor, TakensEmbedding, available_samplers, make_forecasting_windows)
+from bayesnet.datasets import make_chaotic_series
+from bayesnet.metrics import interval_coverage
+from bayesnet.networks import CNN, MLP, RNN
+from bayesnet.posterior import batched_outputs
+
+SMALL_CNN = dict(channels=(4, 4), dense_layer_sizes=(16,))
+SMALL_RNN = dict(hidden_size=8, dense_layer_sizes=(8,))
+SHORT = dict(n_draws=10, burn_in=100, thinning=2, batch_size=64, random_state=0)
+
+
+def _members(module, S, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [0.3 * torch.randn(S, *p.shape, generator=gen) for p in module.parameters()]
+
+
+@pytest.mark.parametrize("module,X", [
+    (MLP(5, (7, 6), 3), torch.randn(11, 5)),
+    (CNN((2, 9), 4), torch.randn(11, 2, 9)),
+    (CNN((3, 5, 7), 2, channels=(4, 5, 6), kernel_size=5, dense_layer_sizes=(8, 9), pool_size=2), torch.randn(11, 3, 5, 7)),
+    (CNN((1, 1), 2), torch.randn(4, 1, 1)),
+    (RNN(3, 2, hidden_size=6, cell="lstm", num_layers=2), torch.randn(11, 7, 3)),
+    (RNN(3, 2, hidden_size=6, cell="gru", num_layers=2, dense_layer_sizes=(5, 4)), torch.randn(11, 7, 3)),
+], ids=["mlp", "cnn1d", "cnn2d", "cnn-1x1", "lstm", "gru"])
+def test_forward_chains_equals_each_member_alone(module, X):
+    """The batched kernels (shared input, per-member input, one member) give each member's own forward."""
+    names = [n for n, _ in module.named_parameters()]
+    params = _members(module, 3)
+    alone = torch.stack([torch.func.functional_call(module, dict(zip(names, [p[s] for p in params])), (X,))
+                         for s in range(3)])
+    torch.testing.assert_close(module.forward_chains(params, X), alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(module.forward_chains(params, X.expand(3, *X.shape).contiguous()), alone,
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(module.forward_chains([p[:1] for p in params], X), alone[:1], atol=1e-6, rtol=1e-6)
+    # the vmap fallback of batched_outputs (any module without forward_chains) agrees too
+    vmapped = torch.func.vmap(lambda ps: torch.func.functional_call(module, dict(zip(names, ps)), (X,)))(params)
+    torch.testing.assert_close(vmapped, alone, atol=1e-5, rtol=1e-5)
+    assert batched_outputs(module, names, params, X).shape == alone.shape
+
+
+@pytest.mark.parametrize("cell,layers", [("lstm", 1), ("lstm", 2), ("gru", 1), ("gru", 2)])
+def test_recurrent_cells_are_pytorchs(cell, layers):
+    """Same names, gate order and equations as nn.LSTM/nn.GRU: their weights copy across, outputs agree."""
+    torch.manual_seed(0)
+    ours = RNN(3, 2, hidden_size=6, num_layers=layers, cell=cell)
+    ref = (nn.LSTM if cell == "lstm" else nn.GRU)(3, 6, num_layers=layers, batch_first=True)
+    ref.load_state_dict({k: v for k, v in ours.state_dict().items() if not k.startswith("head")})
+    X = torch.randn(11, 7, 3)
+    with torch.no_grad():
+        expected = ours.head(torch.relu(ref(X)[0][:, -1]))
+        torch.testing.assert_close(ours(X), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_network_argument_errors():
+    with pytest.raises(ValueError, match="kernel_size"):
+        CNN((1, 8), 2, kernel_size=2)
+    with pytest.raises(ValueError, match="input_shape"):
+        CNN((8,), 2)
+    with pytest.raises(ValueError, match="cell"):
+        RNN(1, 2, cell="elman")
+    with pytest.raises(ValueError, match="hidden_size"):
+        RNN(1, 2, hidden_size=0)
+    with pytest.raises(ValueError, match="activation"):
+        CNN((1, 8), 2, activation="swish")
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return train_test_split((X / 16.0).astype(np.float32), y, test_size=0.3, stratify=y, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def fitted_cnn(digits):
+    Xtr, Xte, ytr, yte = digits
+    return BayesianCNNClassifier(**SMALL_CNN, input_shape=(1, 8, 8), sampler="sgnht", sampler__step_size=2e-5,
+                                 prior_scale=0.2, n_draws=20, burn_in=400, thinning=5, random_state=0).fit(Xtr, ytr)
+
+
+@pytest.fixture(scope="module")
+def henon():
+    s = make_chaotic_series("henon", 400)
+    X, y = make_forecasting_windows((s - s.min()) / (s.max() - s.min()), n_lags=4)
+    return X[:300], y[:300], X[300:], y[300:]
+
+
+def test_cnn_classifies_digits_with_intervals(fitted_cnn, digits):
+    Xtr, Xte, ytr, yte = digits
+    assert fitted_cnn.input_shape_ == (1, 8, 8)
+    assert fitted_cnn.score(Xte, yte) > 0.85
+    proba, lower, upper = fitted_cnn.predict_proba(Xte, return_interval=True)
+    assert proba.shape == lower.shape == upper.shape == (len(Xte), 10)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-9)
+    assert np.all(lower <= proba + 1e-12) and np.all(proba <= upper + 1e-12)
+
+
+def test_vectorised_prediction_equals_a_loop_over_draws_in_any_chunking(fitted_cnn, digits, monkeypatch):
+    """predict_proba evaluates all draws at once, in row chunks: it must equal loading each draw in turn."""
+    Xte = digits[1][:40]
+    module = fitted_cnn.module_
+    names = [n for n, _ in module.named_parameters()]
+    draws = fitted_cnn._draw_parameters()
+    expected = 0
+    with torch.no_grad():
+        for d in range(fitted_cnn.n_draws_):
+            module.load_state_dict({n: p[d] for n, p in zip(names, draws)}, strict=False)
+            expected = expected + torch.softmax(module(torch.as_tensor(Xte).view(-1, 1, 8, 8)).double(), -1)
+    fitted_cnn._sync_module()
+    expected = (expected / fitted_cnn.n_draws_).numpy()
+    np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
+    monkeypatch.setattr(type(fitted_cnn), "_prediction_budget", lambda self: 1)  # one row per chunk
+    np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
+
+
+def test_cnn_input_layouts_and_errors(digits):
+    Xtr, _, ytr, _ = digits
+    est = BayesianCNNClassifier(**SMALL_CNN, **SHORT)
+    assert est.fit(Xtr[:200], ytr[:200]).input_shape_ == (1, 64)  # 2-D without input_shape: signals
+    assert est.fit(Xtr[:200].reshape(-1, 2, 32), ytr[:200]).input_shape_ == (2, 32)
+    with pytest.raises(ValueError, match=r"samples of shape \(2, 16\)"):
+        est.predict(Xtr[:5].reshape(-1, 2, 16, 2)[..., 0])
+    with pytest.raises(ValueError, match="cannot hold"):
+        est.set_params(input_shape=(1, 7, 7)).fit(Xtr[:200], ytr[:200])
+    with pytest.raises(ValueError, match="input_shape must be"):
+        est.set_params(input_shape=(64,)).fit(Xtr[:200], ytr[:200])
+    with pytest.raises(ValueError, match="expects X of shape"):
+        est.set_params(input_shape=None).fit(Xtr[:200].reshape(-1, 1, 1, 8, 8), ytr[:200])
+    bad = Xtr[:200].copy()
+    bad[3, 5] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        est.fit(bad, ytr[:200])
+
+
+def test_rnn_takes_windows_and_takens_pipelines(henon):
+    """2-D windows are univariate sequences; a TakensEmbedding pipeline feeds the regressor directly."""
+    s = np.sin(0.3 * np.arange(500)) + 0.05 * np.random.default_rng(0).normal(size=500)
+    X, y = make_forecasting_windows(s, n_lags=6)
+    Xtr, ytr, Xte, yte = X[:350], y[:350], X[350:], y[350:]
+    pipe = make_pipeline(TakensEmbedding(dimension=3, delay=2),
+                         BayesianRNNRegressor(**SMALL_RNN, sampler__step_size=1e-5, n_draws=30, burn_in=600,
+                                              thinning=5, batch_size=64, random_state=0))
+    pipe.fit(Xtr, ytr)
+    reg = pipe[-1]
+    assert reg.input_shape_ == (3, 1)
+    mean, lower, upper = pipe.predict(Xte, return_interval=True)
+    assert mean.shape == yte.shape
+    assert np.sqrt(np.mean((mean - yte) ** 2)) < 0.5 * np.std(yte)  # learns the map (a constant: 1.0)
+    assert interval_coverage(yte, lower, upper) > 0.8
+    Xtr, ytr, Xte, yte = henon
+    seq = BayesianRNNClassifier(**SMALL_RNN, **SHORT).fit(np.stack([Xtr, Xtr ** 2], axis=2), ytr > np.median(ytr))
+    assert seq.input_shape_ == (4, 2) and seq.predict_proba(np.stack([Xte, Xte ** 2], axis=2)).shape == (len(Xte), 2)
+    with pytest.raises(ValueError, match=r"samples of shape \(4, 1\)"):
+        seq.predict(Xte[:, :, None])
+    with pytest.raises(ValueError, match="expects X of shape"):
+        seq.fit(Xtr[:, :, None, None], ytr > 0.5)
+
+
+@pytest.mark.parametrize("sampler", available_samplers())
+@pytest.mark.parametrize("kind", ["cnn-classifier", "rnn-regressor"])
+def test_every_sampler_runs_each_architecture(sampler, kind, digits, henon):
+    kwargs = dict(SHORT, n_draws=4, burn_in=20, thinning=1, sampler=sampler)
+    if sampler == "hmc":
+        kwargs.update(batch_size=-1, burn_in=4)
+    if sampler == "pt-langevin":  # exact energies in its Metropolis tests
+        kwargs.update(batch_size=-1)
+    if sampler == "tacthmc":  # collects at unit temperature only: a narrow temperature range fills the trace
+        kwargs.update(sampler__wall=0.6, sampler__tempering_step_size=1e-5)
+    if sampler in ("pt-langevin", "eqn"):  # several members per chain
+        kwargs.update({"sampler__n_replicas" if sampler == "pt-langevin" else "sampler__n_walkers": 3})
+    if kind == "cnn-classifier":
+        Xtr, Xte, ytr, _ = digits
+        est = BayesianCNNClassifier(**SMALL_CNN, input_shape=(1, 8, 8), **kwargs).fit(Xtr[:256], ytr[:256])
+        out = est.predict_proba(Xte[:20])
+        assert out.shape == (20, 10)
+    else:
+        Xtr, ytr, Xte, _ = henon
+        est = BayesianRNNRegressor(**SMALL_RNN, cell="gru", **kwargs).fit(Xtr, ytr)
+        out = est.predict(Xte[:20], return_std=True)[1]
+    assert np.all(np.isfinite(out))
+    assert np.isfinite(est.diagnostics_["potential"]) and est.n_draws_ > 0
+
+
+def test_gridsearch_clone_and_pickle(digits):
+    Xtr, Xte, ytr, yte = digits
+    base = BayesianCNNClassifier(**SMALL_CNN, input_shape=(1, 8, 8), **SHORT)
+    grid = GridSearchCV(base, {"sampler": ["sgld", "sghmc"], "sampler__step_size": [1e-5, 3e-5]}, cv=2)
+    grid.fit(Xtr[:300], ytr[:300])
+    assert set(grid.best_params_) == {"sampler", "sampler__step_size"}
+    est = grid.best_estimator_
+    assert clone(est).get_params()["input_shape"] == (1, 8, 8)
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict_proba(Xte), est.predict_proba(Xte))
+
+
+def test_several_chains_of_a_recurrent_net(henon):
+    """The chain axis serves the RNN as it serves the MLP: one batched pass, per-chain draws and R-hat."""
+    Xtr, ytr, Xte, _ = henon
+    est = BayesianRNNRegressor(**SMALL_RNN, n_chains=3, **SHORT).fit(Xtr, ytr)
+    assert est.trace_.n_slots == 3 and est.n_draws_ == 30
+    assert est.predict_draws(Xte).shape == (30, len(Xte))
+    assert "potential" in est.convergence_
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("sampler", available_samplers())
+@pytest.mark.parametrize("cls", [BayesianMLPClassifier, BayesianCNNClassifier, BayesianRNNRegressor])
+def test_cuda_every_sampler_each_architecture_and_cpu_reload(cls, sampler, digits, henon):
+    kwargs = dict(SHORT, n_draws=4, burn_in=20, thinning=1, sampler=sampler, device="cuda")
+    if sampler == "hmc":
+        kwargs.update(batch_size=-1, burn_in=4)
+    if sampler == "tacthmc":  # collects at unit temperature only: a narrow temperature range fills the trace
+        kwargs.update(sampler__wall=0.6, sampler__tempering_step_size=1e-5)
+    if cls is BayesianRNNRegressor:
+        Xtr, ytr, Xte, _ = henon
+        est = cls(**SMALL_RNN, **kwargs)
+    else:
+        Xtr, Xte, ytr, _ = digits
+        Xtr, ytr = Xtr[:256], ytr[:256]
+        est = cls(**SMALL_CNN, **kwargs) if cls is BayesianCNNClassifier else cls((16,), **kwargs)
+    est.fit(Xtr, ytr)
+    assert est.sampler_state_.position[0].device.type == "cuda"
+    assert est.trace_.draws().device.type == "cpu"  # draws are stored on the CPU
+    expected = est.predict(Xte[:50])
+    blob = pickle.dumps(est)
+    again = pickle.loads(blob)
+    np.testing.assert_allclose(again.predict(Xte[:50]), expected, atol=1e-4)
+    # a CUDA-fitted model predicts on the CPU where there is no GPU (simulated by its unpickling hook)
+    state = again.__getstate__()
+    again.device_ = torch.device("cpu")
+    again.module_.to("cpu")
+    np.testing.assert_allclose(again.predict(Xte[:50]), expected, atol=1e-4)
+    assert state is not None
