@@ -122,7 +122,8 @@ def test_vectorised_prediction_equals_a_loop_over_draws_in_any_chunking(fitted_c
     fitted_cnn._sync_module()
     expected = (expected / fitted_cnn.n_draws_).numpy()
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
-    monkeypatch.setattr(type(fitted_cnn), "_prediction_budget", lambda self: 1)  # one row per chunk
+    monkeypatch.setattr(type(fitted_cnn), "_prediction_budget", lambda self: 1)
+    monkeypatch.setattr(type(fitted_cnn), "_min_chunk_rows", 1)  # one row per chunk
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
 
 

@@ -718,24 +718,28 @@ class BayesianNeuralNet(NeuralNet):
         net_params = [p.to(self.device_, non_blocking=True) for p in params[: len(names)]]
         n_draws = net_params[0].shape[0]
         per_row = n_draws * self._activations_per_row(X.shape[1:])
-        rows = max(1, int(self._prediction_budget() // max(1, per_row)))
+        rows = max(self._min_chunk_rows, int(self._prediction_budget() // max(1, per_row)))
         self.module_.eval()
         with torch.no_grad():
             for lo in range(0, len(X), rows):
                 xb = torch.as_tensor(X[lo: lo + rows]).to(self.device_, non_blocking=True)
                 yield batched_outputs(self.module_, names, net_params, xb)
 
+    # at least this many rows per prediction chunk: batched products over fewer rows run far below the
+    # processor's speed (and recurrent nets pay Python per time step and chunk)
+    _min_chunk_rows = 128
+
     def _network_outputs(self, X) -> torch.Tensor:
         """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32."""
         return torch.cat([out.float().cpu() for out in self._output_chunks(X)], dim=1)
 
     def _prediction_budget(self) -> int:
-        """Activations (float32 numbers) a prediction chunk may hold: 2**22 (16 MiB) on a CPU; on a GPU a
+        """Activations (float32 numbers) a prediction chunk may hold: 2**24 (64 MiB) on a CPU; on a GPU a
         32nd of the free memory's bytes (an eighth of it in float32 activations)."""
         if self.device_.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device_)
-            return max(2**22, free // 32)
-        return 2**22
+            return max(2**24, free // 32)
+        return 2**24
 
     def _activations_per_row(self, sample_shape) -> int:
         """Activations the network holds at once for one input row (its ``activations_per_row`` when it has
