@@ -12,6 +12,7 @@ from sklearn.pipeline import make_pipeline
 from torch import nn
 
 from bayesnet import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPClassifier, BayesianRNNClassifier,
+                      DivergenceError,
                       BayesianRNNRegressor, TakensEmbedding, available_samplers, make_forecasting_windows)
 from bayesnet.datasets import make_chaotic_series
 from bayesnet.metrics import interval_coverage
@@ -122,9 +123,20 @@ def test_vectorised_prediction_equals_a_loop_over_draws_in_any_chunking(fitted_c
     fitted_cnn._sync_module()
     expected = (expected / fitted_cnn.n_draws_).numpy()
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
-    monkeypatch.setattr(type(fitted_cnn), "_prediction_budget", lambda self: 1)
-    monkeypatch.setattr(type(fitted_cnn), "_min_chunk_rows", 1)  # one row per chunk
+    monkeypatch.setattr(type(fitted_cnn), "_block_shape", lambda self, d, n, a: (7, 5))  # uneven blocks
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
+    monkeypatch.setattr(type(fitted_cnn), "_block_shape", lambda self, d, n, a: (1, 1))  # one draw, one row
+    np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
+
+
+def test_block_shape_fits_the_budget():
+    est = BayesianCNNClassifier()
+    est.device_ = torch.device("cpu")
+    budget = est._prediction_budget()
+    draws, rows = est._block_shape(200, 10_000, 100)  # a few draws, at least 1024 rows, within the budget
+    assert draws == budget // (1024 * 100) and rows >= 1024 and draws * rows * 100 <= budget
+    assert est._block_shape(200, 10_000, 10**6) == (1, 1024)  # a huge row: one draw at a time
+    assert est._block_shape(4, 50, 10) == (4, 50)  # small: everything in one block
 
 
 def test_cnn_input_layouts_and_errors(digits):
@@ -245,3 +257,13 @@ def test_cuda_every_sampler_each_architecture_and_cpu_reload(cls, sampler, digit
     again.module_.to("cpu")
     np.testing.assert_allclose(again.predict(Xte[:50]), expected, atol=1e-4)
     assert state is not None
+
+
+def test_a_finite_but_exploding_chain_stops_as_a_divergence():
+    """SGHMC at its default step on a CNN regressor heats up without overflowing (found while building this:
+    the potential climbed from 1e3 to 1e8 and predictions reached 1e12): the kinetic temperature stops it."""
+    s = np.sin(np.arange(600) * 0.1) + 0.05 * np.random.default_rng(0).normal(size=600)
+    X, y = make_forecasting_windows(s, 8)
+    est = BayesianCNNRegressor(n_draws=10, burn_in=100, random_state=0, sampler="sghmc", sampler__step_size=1e-3)
+    with pytest.raises(DivergenceError, match=r"kinetic temperature reached .* Reduce the step size"):
+        est.fit(X[:400], y[:400])

@@ -43,8 +43,9 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
     device : {"cpu", "cuda", "cuda:N", "auto"}, default="cpu"
         Where sampling and prediction run ("auto": a GPU when there is one).
         Draws are always stored on the CPU; prediction copies them to the
-        device once and evaluates all of them together, in row chunks sized
-        to the device's free memory. A model fitted on a GPU unpickles and
+        device once and evaluates them together in blocks of draws x rows
+        (all draws at once within an eighth of a GPU's free memory; a
+        cache-sized block on a CPU). A model fitted on a GPU unpickles and
         predicts on a machine without one (on the CPU).
     random_state : int, RandomState or None, default=None
         Seeds the initial weights, the mini-batch order and the sampler noise.

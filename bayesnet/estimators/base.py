@@ -9,8 +9,9 @@ is one sampler transition instead of an optimiser step:
   configured from the ``sampler__*`` parameters) moves the weights;
 * ``train_step`` runs one transition on the mini-batch, checks for
   divergence and offers the new position to the trace;
-* inference averages over the retained draws, evaluated for all draws at once
-  with ``torch.func.functional_call`` under ``vmap``.
+* inference averages over the retained draws, evaluated in blocks of many
+  draws at once by the network's batched ``forward_chains`` (``vmap`` over
+  ``functional_call`` for networks without one).
 
 skorch's own ``fit``, ``fit_loop`` and ``run_single_epoch`` are used as they
 are; ``partial_fit`` adds input validation in front of skorch's.
@@ -31,7 +32,6 @@ from skorch import NeuralNet
 from skorch.callbacks import Callback
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
-from torch.func import functional_call
 
 from ..diagnostics import chain_summaries, split_rhat
 from ..posterior import ChainPosterior, batched_outputs
@@ -652,6 +652,9 @@ class BayesianNeuralNet(NeuralNet):
             return {}
         return chain_summaries(trace.as_array(), trace.as_array(potentials=True))
 
+    # kinetic temperatures above this multiple of the target stop the fit as a divergence
+    _kinetic_limit = 1000.0
+
     def train_step(self, batch, **fit_params):
         """One sampler transition on ``batch``; returns skorch's step dict.
 
@@ -664,6 +667,17 @@ class BayesianNeuralNet(NeuralNet):
             bad = (~finite).reshape(-1).nonzero().reshape(-1).tolist()
             where = f" in chain axis member(s) {bad}" if finite.numel() > 1 else ""
             self._raise_divergence(step, f"potential became {info.potential.reshape(-1)[bad[0]].item()}{where}")
+        if info.kinetic_temperature is not None:
+            # a finite but exploding chain: the momenta's temperature should average `temperature`; a
+            # thousandfold is an unstable integrator, whose potential climbs for many steps before it overflows
+            limit = self._kinetic_limit * float(getattr(self.sampler_, "temperature", 1.0))
+            hot = info.kinetic_temperature.reshape(-1) > limit
+            if bool(hot.any()):
+                bad = hot.nonzero().reshape(-1).tolist()
+                where = f" in chain axis member(s) {bad}" if hot.numel() > 1 else ""
+                self._raise_divergence(
+                    step, f"kinetic temperature reached {info.kinetic_temperature.reshape(-1)[bad[0]].item():.3g}{where} "
+                          f"(it should average the sampler's temperature, {limit / self._kinetic_limit:g})")
         try:
             self.trace_.offer(step, state.position, info.potential, info.is_draw)
         except FloatingPointError:
@@ -707,39 +721,54 @@ class BayesianNeuralNet(NeuralNet):
     def _output_chunks(self, X):
         """Raw network outputs for every draw, one row chunk at a time.
 
-        Yields tensors of shape (n_draws, rows, n_outputs) on ``device_``. All
-        draws are evaluated together (the module's batched ``forward_chains``,
-        else ``vmap`` over ``functional_call``), never one ``load_state_dict``
-        per draw; the draws are copied to the device once per call, and the
-        row chunks hold about ``_prediction_budget()`` activations at once."""
+        Yields tensors of shape (n_draws, rows, n_outputs) on ``device_``. The
+        draws are copied to the device once per call and evaluated in blocks
+        of ``draws x rows`` by the module's batched ``forward_chains`` (else
+        ``vmap`` over ``functional_call``), never by one ``load_state_dict``
+        per draw. A block's activations stay within ``_prediction_budget()``
+        (see :meth:`_block_shape`)."""
         params = self._draw_parameters()
         X = self._validate_X(X, reset=False)
         names = [name for name, p in self.module_.named_parameters() if p.requires_grad]
         net_params = [p.to(self.device_, non_blocking=True) for p in params[: len(names)]]
         n_draws = net_params[0].shape[0]
-        per_row = n_draws * self._activations_per_row(X.shape[1:])
-        rows = max(self._min_chunk_rows, int(self._prediction_budget() // max(1, per_row)))
+        draws, rows = self._block_shape(n_draws, len(X), self._activations_per_row(X.shape[1:]))
         self.module_.eval()
         with torch.no_grad():
             for lo in range(0, len(X), rows):
                 xb = torch.as_tensor(X[lo: lo + rows]).to(self.device_, non_blocking=True)
-                yield batched_outputs(self.module_, names, net_params, xb)
+                yield torch.cat([batched_outputs(self.module_, names, [p[d: d + draws] for p in net_params], xb)
+                                 for d in range(0, n_draws, draws)])
 
-    # at least this many rows per prediction chunk: batched products over fewer rows run far below the
-    # processor's speed (and recurrent nets pay Python per time step and chunk)
-    _min_chunk_rows = 128
+    # at least this many rows per block (when there are as many): products over fewer rows run far below the
+    # processor's speed, and recurrent nets pay Python per time step and block
+    _min_chunk_rows = 1024
+
+    def _block_shape(self, n_draws: int, n_rows: int, per_row: int) -> tuple[int, int]:
+        """``(draws, rows)`` per evaluated block: as many draws as fit the activation budget with at least
+        ``_min_chunk_rows`` rows, and as many rows as fit with all draws. On a GPU the budget usually holds
+        every draw (one batched call per row chunk: few, large kernels); on a CPU it is cache-sized, so the
+        activations of a block stay in cache, which for large networks means a few draws per block."""
+        budget = self._prediction_budget()
+        rows = min(n_rows, max(self._min_chunk_rows, budget // max(1, n_draws * per_row)))
+        draws = int(min(n_draws, max(1, budget // max(1, rows * per_row))))
+        rows = min(n_rows, max(rows, budget // max(1, draws * per_row)))  # what the draw count leaves over
+        return draws, max(1, int(rows))
 
     def _network_outputs(self, X) -> torch.Tensor:
         """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32."""
         return torch.cat([out.float().cpu() for out in self._output_chunks(X)], dim=1)
 
+    _cpu_prediction_budget = 2**20
+
     def _prediction_budget(self) -> int:
-        """Activations (float32 numbers) a prediction chunk may hold: 2**24 (64 MiB) on a CPU; on a GPU a
-        32nd of the free memory's bytes (an eighth of it in float32 activations)."""
+        """Activations (float32 numbers) a prediction block may hold: on a GPU a 32nd of the free memory's
+        bytes (an eighth of it in float32 activations); on a CPU ``_cpu_prediction_budget`` (2**20, 4 MiB:
+        about a core's cache), measured fastest by benchmarks/predict_throughput.py."""
         if self.device_.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device_)
             return max(2**24, free // 32)
-        return 2**24
+        return self._cpu_prediction_budget
 
     def _activations_per_row(self, sample_shape) -> int:
         """Activations the network holds at once for one input row (its ``activations_per_row`` when it has
