@@ -194,7 +194,7 @@ def run(task, seed, threads):
                   f"coverage {interval_coverage(yte, lower, upper):.3f}  ({fit_s:.0f} s)")
         adam_mean, resid_sd, adam_s = adam_baseline(est, Xtr, ytr, Xte, steps, seed)
         cover = interval_coverage(yte, adam_mean - 1.96 * resid_sd, adam_mean + 1.96 * resid_sd)
-        print(f"{'same network, Adam (MAP)':<28} RMSE {np.sqrt(np.mean((adam_mean - yte) ** 2)):.4f}"
+        print(f"{'same network, AdamW':<28} RMSE {np.sqrt(np.mean((adam_mean - yte) ** 2)):.4f}"
               f"{'':>22}95 % coverage {cover:.3f}  ({adam_s:.0f} s)")
         A = np.c_[Xtr, np.ones(len(Xtr))]
         w = np.linalg.lstsq(A, ytr, rcond=None)[0]

@@ -484,6 +484,7 @@ class BayesianNeuralNet(NeuralNet):
         # samplers that collect only some steps (tacthmc) stop once this call has stored n_draws draws:
         # the planned length assumes the ideal fraction of collected steps, which may be exceeded
         self._kept_at_start = getattr(self.trace_, "n_kept", 0)
+        self._hot_steps = 0  # consecutive steps above the kinetic-temperature limit
         self._stop_when_full = self.max_epochs is None and self.sampler_.steps_per_draw() > 1
         self._trace_full = False
         self._steps_at_call = self.sampler_state_.step
@@ -652,8 +653,10 @@ class BayesianNeuralNet(NeuralNet):
             return {}
         return chain_summaries(trace.as_array(), trace.as_array(potentials=True))
 
-    # kinetic temperatures above this multiple of the target stop the fit as a divergence
+    # kinetic temperatures above this multiple of the target for this many consecutive steps stop the fit
     _kinetic_limit = 1000.0
+    _kinetic_patience = 200
+    _hot_steps = 0
 
     def train_step(self, batch, **fit_params):
         """One sampler transition on ``batch``; returns skorch's step dict.
@@ -669,15 +672,19 @@ class BayesianNeuralNet(NeuralNet):
             self._raise_divergence(step, f"potential became {info.potential.reshape(-1)[bad[0]].item()}{where}")
         if info.kinetic_temperature is not None:
             # a finite but exploding chain: the momenta's temperature should average `temperature`; a
-            # thousandfold is an unstable integrator, whose potential climbs for many steps before it overflows
+            # thousandfold, held for `_kinetic_patience` steps, is an unstable integrator whose potential climbs
+            # for many steps before it overflows. (The first kicks from a poor start can pass 1e6 and then
+            # decay: the friction damps them within a few dozen steps.)
             limit = self._kinetic_limit * float(getattr(self.sampler_, "temperature", 1.0))
             hot = info.kinetic_temperature.reshape(-1) > limit
-            if bool(hot.any()):
+            self._hot_steps = self._hot_steps + 1 if bool(hot.any()) else 0
+            if self._hot_steps >= self._kinetic_patience:
                 bad = hot.nonzero().reshape(-1).tolist()
                 where = f" in chain axis member(s) {bad}" if hot.numel() > 1 else ""
                 self._raise_divergence(
-                    step, f"kinetic temperature reached {info.kinetic_temperature.reshape(-1)[bad[0]].item():.3g}{where} "
-                          f"(it should average the sampler's temperature, {limit / self._kinetic_limit:g})")
+                    step, f"kinetic temperature stayed above {limit:g} for {self._hot_steps} steps, reaching "
+                          f"{info.kinetic_temperature.reshape(-1)[bad[0]].item():.3g}{where} (it should average the "
+                          f"sampler's temperature, {limit / self._kinetic_limit:g})")
         try:
             self.trace_.offer(step, state.position, info.potential, info.is_draw)
         except FloatingPointError:
