@@ -11,7 +11,7 @@ from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from torch import nn
 
-from bayesnet import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPClassifier, BayesianRNNClassifier,
+from bayesnet import (BayesianCNNClassifier, BayesianMLPClassifier, BayesianRNNClassifier,
                       DivergenceError,
                       BayesianRNNRegressor, TakensEmbedding, available_samplers, make_forecasting_windows)
 from bayesnet.datasets import make_chaotic_series
