@@ -37,15 +37,20 @@ def linear_chains(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """``S`` affine maps at once: ``h`` (n, in) shared or (S, n, in); ``weight`` (S, out, in); ``bias`` (S, out).
 
     Returns (S, n, out). One member with shared input is a plain ``linear``
-    on squeezed views (no batch axis, no copy in the backward pass).
+    on squeezed views (no batch axis, no copy in the backward pass). A shared
+    input without autograd (prediction) is one ``(n, in) x (in, S*out)``
+    product, 0-25 % faster there; with autograd (sampling) the expanded
+    ``baddbmm`` is 5-25 % faster through forward and backward (measured on
+    784-100-10 and 30-16-2 MLPs, 4-200 members).
     """
     if weight.shape[0] == 1 and h.ndim == 2:
         return F.linear(h, weight[0], bias[0]).unsqueeze(0)
-    if h.ndim == 2:
-        # shared input: one (n, in) x (in, S*out) product instead of S small ones
+    if h.ndim == 2 and not torch.is_grad_enabled():
         S, out, _ = weight.shape
         flat = torch.addmm(bias.reshape(1, S * out), h, weight.reshape(S * out, -1).t())
         return flat.view(h.shape[0], S, out).transpose(0, 1)
+    if h.ndim == 2:
+        h = h.expand(weight.shape[0], *h.shape)
     return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
 
 

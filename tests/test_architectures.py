@@ -44,6 +44,8 @@ def test_forward_chains_equals_each_member_alone(module, X):
     alone = torch.stack([torch.func.functional_call(module, dict(zip(names, [p[s] for p in params])), (X,))
                          for s in range(3)])
     torch.testing.assert_close(module.forward_chains(params, X), alone, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # prediction's path (a shared input's first layer as one wide product)
+        torch.testing.assert_close(module.forward_chains(params, X), alone, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(module.forward_chains(params, X.expand(3, *X.shape).contiguous()), alone,
                                atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(module.forward_chains([p[:1] for p in params], X), alone[:1], atol=1e-6, rtol=1e-6)
