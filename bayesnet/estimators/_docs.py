@@ -1,5 +1,24 @@
 """Docstring sections shared by the estimators (numpydoc)."""
 
+CLASSIFIER_DOC = """
+
+    The likelihood is categorical on the network's logits; ``predict_proba``
+    averages the class probabilities of the retained posterior draws.
+    """
+
+REGRESSOR_DOC = """
+
+    The likelihood is Gaussian with an observation-noise variance that is
+    sampled too (inverse-gamma prior, paper 001 Sec. 4, paper 003 eq. 5), so
+    predictive intervals include aleatoric noise. Targets are standardised
+    internally and predictions mapped back.
+    """
+
+NOISE_DOC = """    noise_shape, noise_scale : float, default=1.0, 0.1
+        Inverse-gamma prior ``IG(noise_shape, noise_scale)`` on the noise
+        variance of the *standardised* targets.
+"""
+
 SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         One of :func:`bayesnet.available_samplers`. Its hyperparameters are
         set as ``sampler__<name>=value`` keyword arguments, e.g.
@@ -55,6 +74,9 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         ``sampler__*`` hyperparameters and skorch ``NeuralNet`` options
         (``callbacks``, ``iterator_train__*``, ...).
 
+"""
+
+ATTRIBUTES_DOC = """
     Attributes
     ----------
     classes_ / n_outputs_ / n_features_in_ : fitted data description.
@@ -86,3 +108,12 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         Per step: ``potential``, ``kinetic_energy``, ``kinetic_temperature``
         (samplers with momentum), ``train_loss`` (= potential / N).
 """
+
+
+def estimator_doc(summary: str, task: str, architecture: str) -> str:
+    """An estimator's numpydoc docstring: ``summary``, the task's likelihood (``"classifier"`` or
+    ``"regressor"``), the ``architecture``'s opening of the Parameters section, the sampling parameters (and
+    the regressor's noise prior), then the Attributes section."""
+    regressor = task == "regressor"
+    return (summary + (REGRESSOR_DOC if regressor else CLASSIFIER_DOC) + architecture + SAMPLING_DOC
+            + (NOISE_DOC if regressor else "") + ATTRIBUTES_DOC)

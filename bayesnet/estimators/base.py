@@ -675,7 +675,8 @@ class BayesianNeuralNet(NeuralNet):
             # thousandfold, held for `_kinetic_patience` steps, is an unstable integrator whose potential climbs
             # for many steps before it overflows. (The first kicks from a poor start can pass 1e6 and then
             # decay: the friction damps them within a few dozen steps.)
-            limit = self._kinetic_limit * float(getattr(self.sampler_, "temperature", 1.0))
+            temperature = float(getattr(self.sampler_, "temperature", 1.0))
+            limit = self._kinetic_limit * temperature
             hot = info.kinetic_temperature.reshape(-1) > limit
             self._hot_steps = self._hot_steps + 1 if bool(hot.any()) else 0
             if self._hot_steps >= self._kinetic_patience:
@@ -684,7 +685,7 @@ class BayesianNeuralNet(NeuralNet):
                 self._raise_divergence(
                     step, f"kinetic temperature stayed above {limit:g} for {self._hot_steps} steps, reaching "
                           f"{info.kinetic_temperature.reshape(-1)[bad[0]].item():.3g}{where} (it should average the "
-                          f"sampler's temperature, {limit / self._kinetic_limit:g})")
+                          f"sampler's temperature, {temperature:g})")
         try:
             self.trace_.offer(step, state.position, info.potential, info.is_draw)
         except FloatingPointError:

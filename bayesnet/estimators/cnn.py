@@ -7,13 +7,16 @@ import math
 import numpy as np
 
 from ..networks import CNN
-from ._docs import SAMPLING_DOC
+from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
 
 __all__ = ["CNN", "BayesianCNNClassifier", "BayesianCNNRegressor"]
 
 _ARCH_DOC = """
+    The defaults are paper 000 Sec. 5.2's CIFAR-10 network: two 3x3
+    convolutions with 16 channels, ReLU, 2x2 pooling, dense 100, output.
+
     Parameters
     ----------
     channels : tuple of int, default=(16, 16)
@@ -35,9 +38,6 @@ _ARCH_DOC = """
         ``X`` is read as one-channel signals of length ``n_features``, and 3-D
         ``(n_samples, channels, length)`` or 4-D ``(n_samples, channels,
         height, width)`` ``X`` is taken as it is.
-
-    The defaults are paper 000 Sec. 5.2's CIFAR-10 network: two 3x3
-    convolutions with 16 channels, ReLU, 2x2 pooling, dense 100, output.
 """
 
 
@@ -82,11 +82,8 @@ class _CNNNet(BayesianNeuralNet):
 
 
 class BayesianCNNClassifier(BayesianClassifierMixin, _CNNNet):
-    __doc__ = """Bayesian convolutional classifier for signals and images, fitted by sampling its weights.
-
-    The likelihood is categorical on the network's logits; ``predict_proba``
-    averages the class probabilities of the retained posterior draws.
-    """ + _ARCH_DOC + SAMPLING_DOC
+    __doc__ = estimator_doc("Bayesian convolutional classifier for signals and images, sampling its weights.",
+                            "classifier", _ARCH_DOC)
 
     def __init__(self, channels=(16, 16), kernel_size=3, dense_layer_sizes=(100,), pool_size=2, activation="relu",
                  input_shape=None, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1,
@@ -104,16 +101,8 @@ class BayesianCNNClassifier(BayesianClassifierMixin, _CNNNet):
 
 
 class BayesianCNNRegressor(BayesianRegressorMixin, _CNNNet):
-    __doc__ = """Bayesian convolutional regressor for signals and images, fitted by sampling weights and noise.
-
-    The likelihood is Gaussian with a sampled observation-noise variance
-    (inverse-gamma prior), so predictive intervals include aleatoric noise.
-    Targets are standardised internally and predictions mapped back.
-    """ + _ARCH_DOC + SAMPLING_DOC + """
-    noise_shape, noise_scale : float, default=1.0, 0.1
-        Inverse-gamma prior ``IG(noise_shape, noise_scale)`` on the noise
-        variance of the *standardised* targets.
-"""
+    __doc__ = estimator_doc("Bayesian convolutional regressor for signals and images, sampling weights and noise.",
+                            "regressor", _ARCH_DOC)
 
     def __init__(self, channels=(16, 16), kernel_size=3, dense_layer_sizes=(100,), pool_size=2, activation="relu",
                  input_shape=None, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..networks import MLP, _dense_sizes
-from ._docs import SAMPLING_DOC
+from ..networks import MLP
+from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
 
@@ -18,12 +18,16 @@ _ARCH_DOC = """
 """
 
 
-class BayesianMLPClassifier(BayesianClassifierMixin, BayesianNeuralNet):
-    __doc__ = """Bayesian MLP classifier fitted by sampling the posterior over its weights.
+class _MLPNet(BayesianNeuralNet):
+    """What the MLP estimators share: the network (tabular input is the base class's layout)."""
 
-    The likelihood is categorical on the network's logits; ``predict_proba``
-    averages the class probabilities of the retained posterior draws.
-    """ + _ARCH_DOC + SAMPLING_DOC
+    def _build_module(self):
+        return MLP(self.n_features_in_, self.hidden_layer_sizes, self.n_outputs_, self.activation)
+
+
+class BayesianMLPClassifier(BayesianClassifierMixin, _MLPNet):
+    __doc__ = estimator_doc("Bayesian MLP classifier fitted by sampling the posterior over its weights.",
+                            "classifier", _ARCH_DOC)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
                  burn_in=1000, thinning="auto", n_chains=1, n_jobs=None, prior_scale=1.0, batch_size="auto",
@@ -36,22 +40,10 @@ class BayesianMLPClassifier(BayesianClassifierMixin, BayesianNeuralNet):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
 
-    def _build_module(self):
-        return MLP(self.n_features_in_, _dense_sizes(self.hidden_layer_sizes, "hidden_layer_sizes"), self.n_outputs_, self.activation)
 
-
-class BayesianMLPRegressor(BayesianRegressorMixin, BayesianNeuralNet):
-    __doc__ = """Bayesian MLP regressor fitted by sampling the posterior over its weights and noise.
-
-    The likelihood is Gaussian with an observation-noise variance that is
-    sampled too (inverse-gamma prior, paper 001 Sec. 4, paper 003 eq. 5), so
-    predictive intervals include aleatoric noise. Targets are standardised
-    internally and predictions mapped back.
-    """ + _ARCH_DOC + SAMPLING_DOC + """
-    noise_shape, noise_scale : float, default=1.0, 0.1
-        Inverse-gamma prior ``IG(noise_shape, noise_scale)`` on the noise
-        variance of the *standardised* targets.
-"""
+class BayesianMLPRegressor(BayesianRegressorMixin, _MLPNet):
+    __doc__ = estimator_doc("Bayesian MLP regressor fitted by sampling the posterior over its weights and noise.",
+                            "regressor", _ARCH_DOC)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
                  burn_in=1000, thinning="auto", n_chains=1, n_jobs=None, prior_scale=1.0, noise_shape=1.0,
@@ -65,6 +57,3 @@ class BayesianMLPRegressor(BayesianRegressorMixin, BayesianNeuralNet):
         self.activation = activation
         self.noise_shape = noise_shape
         self.noise_scale = noise_scale
-
-    def _build_module(self):
-        return MLP(self.n_features_in_, _dense_sizes(self.hidden_layer_sizes, "hidden_layer_sizes"), self.n_outputs_, self.activation)

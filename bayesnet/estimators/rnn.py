@@ -5,13 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..networks import RNN
-from ._docs import SAMPLING_DOC
+from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
 
 __all__ = ["RNN", "BayesianRNNClassifier", "BayesianRNNRegressor"]
 
 _ARCH_DOC = """
+    X is ``(n_samples, n_timesteps, n_features)``, or ``(n_samples,
+    n_timesteps)`` for univariate sequences (the output of
+    :class:`bayesnet.TakensEmbedding` or of
+    :func:`bayesnet.make_forecasting_windows`); prediction needs the same
+    ``n_timesteps`` as ``fit``. The defaults are paper 000 Sec. 5.2's RNN:
+    LSTM with 128 units, ReLU, dense 64 with ReLU, output.
+
     Parameters
     ----------
     hidden_size : int, default=128
@@ -25,13 +32,6 @@ _ARCH_DOC = """
         PyTorch's ``nn.LSTM``/``nn.GRU`` equations and initialisation.
     activation : {"relu", "tanh", "sigmoid", "logistic", "gelu", "identity"}, default="relu"
         Applied to the last hidden state and after every dense layer.
-
-    X is ``(n_samples, n_timesteps, n_features)``, or ``(n_samples,
-    n_timesteps)`` for univariate sequences (the output of
-    :class:`bayesnet.TakensEmbedding` or of
-    :func:`bayesnet.make_forecasting_windows`); prediction needs the same
-    ``n_timesteps`` as ``fit``. The defaults are paper 000 Sec. 5.2's RNN:
-    LSTM with 128 units, ReLU, dense 64 with ReLU, output.
 """
 
 
@@ -54,11 +54,8 @@ class _RNNNet(BayesianNeuralNet):
 
 
 class BayesianRNNClassifier(BayesianClassifierMixin, _RNNNet):
-    __doc__ = """Bayesian recurrent classifier for sequences, fitted by sampling the posterior over its weights.
-
-    The likelihood is categorical on the network's logits; ``predict_proba``
-    averages the class probabilities of the retained posterior draws.
-    """ + _ARCH_DOC + SAMPLING_DOC
+    __doc__ = estimator_doc("Bayesian recurrent classifier for sequences, sampling the posterior over its weights.",
+                            "classifier", _ARCH_DOC)
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
                  sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
@@ -75,16 +72,8 @@ class BayesianRNNClassifier(BayesianClassifierMixin, _RNNNet):
 
 
 class BayesianRNNRegressor(BayesianRegressorMixin, _RNNNet):
-    __doc__ = """Bayesian recurrent regressor for sequences (e.g. forecasting), fitted by sampling weights and noise.
-
-    The likelihood is Gaussian with a sampled observation-noise variance
-    (inverse-gamma prior), so predictive intervals include aleatoric noise.
-    Targets are standardised internally and predictions mapped back.
-    """ + _ARCH_DOC + SAMPLING_DOC + """
-    noise_shape, noise_scale : float, default=1.0, 0.1
-        Inverse-gamma prior ``IG(noise_shape, noise_scale)`` on the noise
-        variance of the *standardised* targets.
-"""
+    __doc__ = estimator_doc("Bayesian recurrent regressor for sequences (forecasting), sampling weights and noise.",
+                            "regressor", _ARCH_DOC)
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
                  sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
