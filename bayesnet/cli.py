@@ -148,8 +148,8 @@ def _fit(args) -> int:
     est = model[-1]
     chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \
         if est.n_chains > 1 and "max_rhat" in est.diagnostics_ else ""
-    print(f"fitted in {elapsed:.1f} s: {est.n_draws_} posterior draws kept{chains} "
-          f"(burn-in {est.burn_in} steps, thinning {est._resolve_thinning()}, "
+    print(f"fitted in {elapsed:.1f} s: {est.n_draws_kept_} posterior draws kept{chains} "
+          f"(burn-in {est.burn_in} steps, thinning {est.trace_.thinning}, "
           f"{est.diagnostics_['n_steps']} sampler steps)")
     level = args.level
     if task == "classification":

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["autocorrelation", "effective_sample_size", "integrated_autocorrelation_time", "split_rhat",
-           "rank_normalize", "bulk_effective_sample_size", "rank_normalized_split_rhat", "chain_summaries"]
+           "rank_normalize", "bulk_effective_sample_size", "tail_effective_sample_size", "rank_normalized_split_rhat",
+           "chain_summaries"]
 
 
 def _as_chains(draws: np.ndarray) -> np.ndarray:
@@ -157,6 +158,31 @@ def bulk_effective_sample_size(draws: np.ndarray) -> float:
     if np.ptp(x) == 0:
         return float(x.size)
     return effective_sample_size(rank_normalize(_split(x)))
+
+
+def tail_effective_sample_size(draws: np.ndarray) -> float:
+    """Tail effective sample size: the smaller ESS of the indicators of the 5 % and 95 % quantiles, on split
+    chains (Vehtari et al. 2021, Sec. 4.3), which tells how well the interval ends are estimated.
+
+    Parameters
+    ----------
+    draws : ndarray, shape (n_draws,) or (n_chains, n_draws), at least 8 draws per chain
+
+    Returns
+    -------
+    float
+    """
+    x = _as_chains(draws)
+    if x.shape[1] < 8:
+        raise ValueError("need at least 8 draws per chain.")
+    if np.ptp(x) == 0:
+        return float(x.size)
+    split = _split(x)
+    out = []
+    for q in (0.05, 0.95):
+        indicator = (split <= np.quantile(x, q)).astype(np.float64)
+        out.append(float(indicator.size) if np.ptp(indicator) == 0 else effective_sample_size(indicator))
+    return float(min(out))
 
 
 def rank_normalized_split_rhat(draws: np.ndarray) -> float:

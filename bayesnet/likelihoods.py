@@ -34,9 +34,7 @@ class CategoricalLikelihood(nn.Module):
 
     def log_likelihood_chains(self, logits: Tensor, y: Tensor, parameters=()) -> Tensor:
         """Summed log-likelihood of ``S`` members at once: ``logits`` (S, n, K), ``y`` (n,) -> (S,)."""
-        S, n, K = logits.shape
-        if S == 1:
-            return -F.cross_entropy(logits[0], y, reduction="sum").reshape(1)
+        S, n, K = logits.shape  # one expression for every S: a member's value does not depend on S
         return -F.cross_entropy(logits.reshape(S * n, K), y.repeat(S), reduction="none").view(S, n).sum(1)
 
     def log_prior_chains(self, parameters=()) -> Tensor | float:

@@ -233,6 +233,16 @@ class ChainPosterior:
     def network_parameters(self) -> list[Tensor]:
         return self.parameters[: len(self.net_names)]
 
+    @property
+    def n_parameters_per_member(self) -> int:
+        """``D``: the numbers one member's position holds (the network's and the likelihood's)."""
+        return sum(p[0].numel() for p in self.parameters)
+
+    @property
+    def parameter_names(self) -> list[str]:
+        """Names of :attr:`parameters`: the network's, then the likelihood's prefixed ``likelihood.``."""
+        return list(self.net_names) + [f"likelihood.{n}" for n in self.lik_names]
+
     def outputs(self, X: Tensor, parameters: Sequence[Tensor] | None = None) -> Tensor:
         """Network outputs of every member on ``X``: shape ``(S, n, n_outputs)``."""
         params = list(self.network_parameters if parameters is None else parameters[: len(self.net_names)])

@@ -160,15 +160,15 @@ def run_tacthmc(target, n_steps: int, burn_in: int, seed: int = 0, batches=None,
     per_chain = [[] for _ in range(n_chains)]
     z_theta, z_xi, thermostats = [], [], []
     for k in range(1, n_steps + 1):
-        state, info = sampler.step(state, pot, None if batches is None else batches(k), gen)
+        state, info = sampler.step(state, pot, None if batches is None else batches(k))
         if k <= burn_in:
             continue
         plateau = info.extra["on_plateau"].bool()
         z_theta.append(float(info.extra["thermostat"][plateau].mean()) if plateau.any() else np.nan)
         z_xi.append(float(info.extra["tempering_thermostat"].mean()))
         if k % 10 == 0:
-            thermostats.append((state.extra["thermostat"].cpu().numpy().copy(),
-                                state.extra["tempering_thermostat"].cpu().numpy().copy()))
+            thermostats.append((state.thermostat.cpu().numpy().copy(),
+                                state.tempering_thermostat.cpu().numpy().copy()))
         if bool(info.is_draw.any()):
             x = torch.cat([p.detach().reshape(n_chains, -1) for p in pot.parameters], 1).numpy()
             for c in np.flatnonzero(info.is_draw.numpy()):

@@ -1,28 +1,48 @@
-"""Retained posterior draws: burn-in, thinning and a bounded store off the accelerator, per chain."""
+"""What a run keeps: the retained draws (:class:`Trace`) and the per-step sampler statistics (:class:`StepStats`).
+
+Both are bounded whatever the run's length: the trace holds at most
+``n_draws`` draws per slot (a ring buffer, on the CPU), the statistics the
+last ``capacity`` steps (a ring buffer on the sampling device) plus running
+summaries of the steps after burn-in. Neither synchronises the device on a
+step that stores nothing.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Trace"]
+__all__ = ["Trace", "StepStats"]
+
+
+def _host(value, n: int, dtype=np.float64) -> np.ndarray:
+    """A per-slot value (tensor, array or scalar) as a host array of shape (n,)."""
+    if isinstance(value, Tensor):
+        value = value.detach().to("cpu", torch.float64 if dtype == np.float64 else None).numpy()
+    return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
 
 
 class Trace:
-    """Keeps at most ``n_draws`` thinned draws of each of ``n_slots`` chains, on the CPU.
+    """Keeps at most ``n_draws`` thinned draws of each of ``n_slots`` slots, on the CPU.
 
     A *slot* is one packed position set that can produce draws: a chain, or
     one replica of a tempering chain, or one walker of an ensemble (the
-    estimators use one slot per member of the sampler's leading axis).
-    Steps ``1..burn_in`` are discarded; afterwards every step at which a
-    slot's ``is_draw`` flag is set is a candidate of that slot, and every
-    ``thinning``-th candidate is stored. When more than ``n_draws`` have been
-    stored in a slot its oldest are overwritten (a ring buffer), so memory is
-    bounded by ``n_slots x n_draws x D`` floats however long the run; the
-    trace then holds the final stretch of each chain (paper 001 Remark 23).
+    estimators use one slot per member of the chain layout). Steps
+    ``1..burn_in`` are discarded; afterwards every step at which a slot's
+    ``is_draw`` flag is set is a candidate of that slot, and every
+    ``thinning``-th candidate is stored, together with the step's statistics
+    (the potential and the sampler's declared fields). When more than
+    ``n_draws`` have been stored in a slot its oldest are overwritten (a ring
+    buffer), so memory is bounded by ``n_slots x n_draws x D`` floats however
+    long the run; the trace then holds the final stretch of each chain
+    (Karagiannis, SGLD handout, Remark 23).
+
+    A draw whose position is not finite is never stored (:meth:`offer`
+    reports its slot); :meth:`retire` stops a slot and discards its draws
+    after a given step (a chain that diverged).
 
     Parameters
     ----------
@@ -33,7 +53,7 @@ class Trace:
     thinning : int, default=1
         Keep every ``thinning``-th candidate (>= 1).
     n_slots : int, default=1
-        Number of chains (slots) stored side by side.
+        Number of slots stored side by side.
     chain_axis : bool, optional
         Whether the offered positions carry a leading axis of ``n_slots``
         (default: when ``n_slots > 1``; the estimators always pass one).
@@ -44,8 +64,12 @@ class Trace:
         Number of draws currently held, all slots together (<= n_slots * n_draws).
     n_candidates : ndarray of int, shape (n_slots,)
         Candidates seen after burn-in (before thinning), per slot.
-    n_kept : int
-        Draws stored so far, all slots together, including those since overwritten.
+    kept_per_slot : ndarray of int, shape (n_slots,)
+        Draws stored so far per slot, including those since overwritten, less those discarded.
+    active : ndarray of bool, shape (n_slots,)
+        Slots that still accept draws (False once retired).
+    discarded_per_slot : ndarray of int, shape (n_slots,)
+        Draws removed by :meth:`retire`.
     """
 
     def __init__(self, n_draws: int, burn_in: int = 0, thinning: int = 1, n_slots: int = 1,
@@ -60,11 +84,13 @@ class Trace:
         self.shapes: list[torch.Size] = []
         self._buffer: Tensor | None = None  # (n_slots, n_draws, D)
         self._steps = np.zeros((self.n_slots, self.n_draws), dtype=np.int64)
-        self._potentials = np.zeros((self.n_slots, self.n_draws), dtype=np.float64)
+        self._stats: dict[str, np.ndarray] = {"potential": np.zeros((self.n_slots, self.n_draws))}
         self._stored = np.zeros(self.n_slots, dtype=np.int64)
         self._next = np.zeros(self.n_slots, dtype=np.int64)  # ring positions
         self.n_candidates = np.zeros(self.n_slots, dtype=np.int64)
         self.kept_per_slot = np.zeros(self.n_slots, dtype=np.int64)
+        self.discarded_per_slot = np.zeros(self.n_slots, dtype=np.int64)
+        self.active = np.ones(self.n_slots, dtype=bool)
 
     @property
     def n_parameters(self) -> int:
@@ -83,38 +109,46 @@ class Trace:
         """Draws currently held in each slot, shape (n_slots,)."""
         return self._stored.copy()
 
-    def offer(self, step: int, position: Sequence[Tensor], potential=float("nan"), is_draw=True) -> int:
-        """Consider the position after sampler step ``step`` (1-based); return the number of draws stored.
+    @property
+    def stat_names(self) -> list[str]:
+        """The statistics stored with every draw (``potential`` first)."""
+        return list(self._stats)
+
+    # ------------------------------------------------------------------ #
+    def offer(self, step: int, position: Sequence[Tensor], stats: Mapping | None = None, is_draw=True) -> np.ndarray:
+        """Consider the position after sampler step ``step`` (1-based).
 
         Parameters
         ----------
         step : int
         position : sequence of Tensor
-            With ``n_slots == 1`` the parameters of one chain (no chain axis);
-            otherwise each tensor has a leading axis of ``n_slots``.
-        potential : float or Tensor, scalar or shape (n_slots,)
-        is_draw : bool or bool Tensor/array of shape (n_slots,)
+            With a chain axis each tensor has a leading axis of ``n_slots``; otherwise one chain's parameters.
+        stats : mapping of str to Tensor, array or float, optional
+            The step's statistics, scalars or shape ``(n_slots,)``: stored with the draws (``potential``
+            among them). Only the slots that store a draw are copied to the host.
+        is_draw : bool, ndarray or Tensor of bool, shape (n_slots,)
+            The sampler's candidate flags; retired slots are never candidates.
 
-        Raises
-        ------
-        FloatingPointError
-            If a position selected for storage is not finite (the caller turns
-            this into a :class:`~bayesnet.samplers.DivergenceError`); nothing
-            is stored then.
+        Returns
+        -------
+        ndarray of int
+            The slots whose position was due for storage but not finite (nothing stored for them; the caller
+            decides what a diverged chain means). Empty normally.
         """
         if step <= self.burn_in:
-            return 0
-        flags = np.broadcast_to(np.asarray(is_draw.cpu() if isinstance(is_draw, Tensor) else is_draw, dtype=bool),
-                                (self.n_slots,))
+            return np.empty(0, dtype=np.int64)
+        if isinstance(is_draw, Tensor):
+            is_draw = is_draw.cpu().numpy()
+        flags = np.broadcast_to(np.asarray(is_draw, dtype=bool), (self.n_slots,)) & self.active
         if not flags.any():
-            return 0
+            return np.empty(0, dtype=np.int64)
         self.n_candidates += flags
         store = flags & ((self.n_candidates - 1) % self.thinning == 0)
         slots = np.nonzero(store)[0]
         if slots.size == 0:
-            return 0
+            return np.empty(0, dtype=np.int64)
         with torch.no_grad():
-            if self._buffer is None:
+            if not self.shapes:
                 self.shapes = [p.shape[1:] if self.chain_axis else p.shape for p in position]
             if self.chain_axis:
                 idx = torch.as_tensor(slots, device=position[0].device)
@@ -122,25 +156,78 @@ class Trace:
             else:
                 flat = torch.cat([p.detach().reshape(-1) for p in position])[None]
             flat = flat.cpu()
-            if not bool(torch.isfinite(flat).all()):
-                raise FloatingPointError(f"non-finite parameters at step {step}")
-            if self._buffer is None:
-                self._buffer = torch.empty((self.n_slots, self.n_draws, flat.shape[1]), dtype=flat.dtype)
-            self._buffer[torch.as_tensor(slots), torch.as_tensor(self._next[slots])] = flat
-        pot = np.broadcast_to(np.asarray(potential.detach().cpu() if isinstance(potential, Tensor) else potential,
-                                         dtype=np.float64), (self.n_slots,))
-        self._steps[slots, self._next[slots]] = step
-        self._potentials[slots, self._next[slots]] = pot[slots]
-        self._next[slots] = (self._next[slots] + 1) % self.n_draws
+        finite = torch.isfinite(flat).all(dim=1).numpy()
+        bad = slots[~finite]
+        slots, flat = slots[finite], flat[torch.as_tensor(finite)]
+        if slots.size == 0:
+            return bad
+        if self._buffer is None:
+            self._buffer = torch.empty((self.n_slots, self.n_draws, flat.shape[1]), dtype=flat.dtype)
+        at = self._next[slots]
+        self._buffer[torch.as_tensor(slots), torch.as_tensor(at)] = flat
+        self._steps[slots, at] = step
+        for name, value in (stats or {}).items():
+            if name not in self._stats:
+                self._stats[name] = np.full((self.n_slots, self.n_draws), np.nan)
+            self._stats[name][slots, at] = _host(value, self.n_slots)[slots]
+        self._next[slots] = (at + 1) % self.n_draws
         self._stored[slots] = np.minimum(self._stored[slots] + 1, self.n_draws)
         self.kept_per_slot[slots] += 1
-        return int(slots.size)
+        return bad
 
+    def retire(self, slots: Sequence[int], after_step: int) -> int:
+        """Stop ``slots`` from taking draws and discard their stored draws of steps after ``after_step``.
+
+        Returns
+        -------
+        int
+            The number of draws discarded.
+        """
+        removed = 0
+        for s in np.asarray(slots, dtype=np.int64).reshape(-1):
+            self.active[s] = False
+            order = self._order(s)
+            late = int((self._steps[s, order] > after_step).sum())  # chronological: the newest draws
+            if late:
+                self._next[s] = (self._next[s] - late) % self.n_draws
+                self._stored[s] -= late
+                self.kept_per_slot[s] -= late
+                self.discarded_per_slot[s] += late
+                removed += late
+        return removed
+
+    def reconfigure(self, n_draws: int | None = None, thinning: int | None = None) -> None:
+        """Change the capacity per slot (keeping each slot's newest draws) or the thinning, for a continued run."""
+        if thinning is not None:
+            self.thinning = int(thinning)
+        if n_draws is None or int(n_draws) == self.n_draws:
+            return
+        n_new = int(n_draws)
+        keep = [self._order(s)[-n_new:] for s in range(self.n_slots)]
+        counts = np.array([len(k) for k in keep], dtype=np.int64)
+
+        def remap(old: np.ndarray, fill) -> np.ndarray:
+            new = np.full((self.n_slots, n_new), fill, dtype=old.dtype)
+            for s, k in enumerate(keep):
+                new[s, : len(k)] = old[s, k]
+            return new
+
+        if self._buffer is not None:
+            buffer = torch.empty((self.n_slots, n_new, self._buffer.shape[2]), dtype=self._buffer.dtype)
+            for s, k in enumerate(keep):
+                buffer[s, : len(k)] = self._buffer[s, torch.as_tensor(k, dtype=torch.long)]
+            self._buffer = buffer
+        self._steps = remap(self._steps, 0)
+        self._stats = {name: remap(v, np.nan) for name, v in self._stats.items()}
+        self._stored = counts
+        self._next = counts % n_new
+        self.n_draws = n_new
+
+    # ------------------------------------------------------------------ #
     def _order(self, slot: int) -> np.ndarray:
+        """Ring positions of ``slot``'s stored draws, oldest first."""
         n = int(self._stored[slot])
-        if n < self.n_draws:
-            return np.arange(n)
-        return (np.arange(self.n_draws) + self._next[slot]) % self.n_draws
+        return (np.arange(n) + self._next[slot] - n) % self.n_draws
 
     def draws(self, per_slot: bool = False):
         """Stored draws in chronological order, slot after slot, shape (n_stored, D), on the CPU.
@@ -149,7 +236,7 @@ class Trace:
         """
         if self._buffer is None:
             return [torch.empty((0, 0))] * self.n_slots if per_slot else torch.empty((0, 0))
-        parts = [self._buffer[s, torch.as_tensor(self._order(s))] for s in range(self.n_slots)]
+        parts = [self._buffer[s, torch.as_tensor(self._order(s), dtype=torch.long)] for s in range(self.n_slots)]
         return parts if per_slot else torch.cat(parts)
 
     @property
@@ -160,31 +247,49 @@ class Trace:
     @property
     def potentials(self) -> np.ndarray:
         """Mini-batch potential at each stored draw, shape (n_stored,) (slot after slot)."""
-        return np.concatenate([self._potentials[s, self._order(s)] for s in range(self.n_slots)])
+        return self.stat("potential")
+
+    def stat(self, name: str) -> np.ndarray:
+        """A statistic at each stored draw, shape (n_stored,) (slot after slot).
+
+        Raises
+        ------
+        KeyError
+            If the statistic was not stored.
+        """
+        values = self._stats[name]
+        return np.concatenate([values[s, self._order(s)] for s in range(self.n_slots)])
 
     def slot_of_draw(self) -> np.ndarray:
-        """The slot (chain) of each stored draw, shape (n_stored,)."""
+        """The slot of each stored draw, shape (n_stored,)."""
         return np.repeat(np.arange(self.n_slots), self._stored)
 
     def unflatten(self, flat: Tensor) -> list[Tensor]:
-        """Split a flat draw (D,) or a stack (n, D) into tensors shaped like the parameters."""
+        """Split a flat draw (D,) or a stack (..., D) into tensors shaped like the parameters."""
         lead = flat.shape[:-1]
         sizes = [int(np.prod(s)) for s in self.shapes]
         return [chunk.reshape(*lead, *s) for chunk, s in zip(flat.split(sizes, dim=-1), self.shapes)]
 
-    def as_array(self, potentials: bool = False) -> np.ndarray:
-        """Draws shaped (chain, draw, D) for diagnostics: the slots holding draws, each cut to the last
-        ``n`` draws, ``n`` the smallest count among them (chains must have equal lengths for R-hat).
-
-        With ``potentials=True`` the potentials at those draws instead, shape (chain, draw).
-        """
+    def common_slots(self) -> tuple[list[int], int]:
+        """The slots that hold draws and the length they share (the smallest count among them)."""
         full = [s for s in range(self.n_slots) if self._stored[s] > 0]
-        if not full or self._buffer is None:
-            return np.empty((0, 0)) if potentials else np.empty((0, 0, 0))
-        n = int(min(self._stored[s] for s in full))
+        return full, (int(min(self._stored[s] for s in full)) if full else 0)
+
+    def as_array(self, potentials: bool = False, stat: str | None = None) -> np.ndarray:
+        """Draws shaped (chain, draw, D) for diagnostics: the slots holding draws, each cut to its last ``n``
+        draws, ``n`` the smallest count among them (chains must have equal lengths for R-hat).
+
+        With ``potentials=True`` (or ``stat=name``) that statistic at those draws instead, shape (chain, draw).
+        """
+        full, n = self.common_slots()
         if potentials:
-            return np.stack([self._potentials[s, self._order(s)][-n:] for s in full])
-        return np.stack([self._buffer[s, torch.as_tensor(self._order(s)[-n:])].numpy() for s in full])
+            stat = "potential"
+        if not full or self._buffer is None:
+            return np.empty((0, 0)) if stat else np.empty((0, 0, 0))
+        if stat is not None:
+            return np.stack([self._stats[stat][s, self._order(s)][-n:] for s in full])
+        return np.stack([self._buffer[s, torch.as_tensor(self._order(s)[-n:], dtype=torch.long)].numpy()
+                         for s in full])
 
     @classmethod
     def concatenate(cls, traces: Sequence["Trace"]) -> "Trace":
@@ -210,9 +315,21 @@ class Trace:
             dtype = next(b.dtype for b in buffers if b is not None)
             out._buffer = torch.cat([b if b is not None else torch.zeros((t.n_slots, t.n_draws, dim), dtype=dtype)
                                      for b, t in zip(buffers, traces)])
-        for name in ("_steps", "_potentials", "_stored", "_next", "n_candidates", "kept_per_slot"):
+        for name in ("_steps", "_stored", "_next", "n_candidates", "kept_per_slot", "discarded_per_slot", "active"):
             setattr(out, name, np.concatenate([getattr(t, name) for t in traces]))
+        names = list(dict.fromkeys(k for t in traces for k in t._stats))
+        out._stats = {k: np.concatenate([t._stats.get(k, np.full((t.n_slots, t.n_draws), np.nan)) for t in traces])
+                      for k in names}
         return out
+
+    def __setstate__(self, state):
+        # traces pickled before the statistics were stored with the draws
+        if "_potentials" in state:
+            state["_stats"] = {"potential": state.pop("_potentials")}
+        n_slots = state["n_slots"]
+        state.setdefault("active", np.ones(n_slots, dtype=bool))
+        state.setdefault("discarded_per_slot", np.zeros(n_slots, dtype=np.int64))
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return self.n_stored
@@ -220,3 +337,112 @@ class Trace:
     def __repr__(self) -> str:
         return (f"Trace(n_stored={self.n_stored}, n_slots={self.n_slots}, n_draws={self.n_draws}, "
                 f"burn_in={self.burn_in}, thinning={self.thinning}, n_parameters={self.n_parameters})")
+
+
+class StepStats:
+    """Per-step sampler statistics of ``S`` members, kept on the sampling device.
+
+    Every step's declared fields go into a ring buffer of the last ``capacity`` steps, shape
+    ``(capacity, F, S)``, without a host synchronisation; the steps after ``burn_in`` also update running
+    sums, maxima and last values, from which :meth:`summaries` reduces every field as its
+    :class:`~bayesnet.samplers.Stat` declares. Memory is bounded by ``capacity x F x S`` floats.
+
+    Parameters
+    ----------
+    fields : mapping of str to Stat
+        The sampler's declared statistics (:attr:`bayesnet.samplers.Sampler.stats`).
+    n_members : int
+        ``S`` (1 without a chain axis).
+    burn_in : int
+        Steps ``1..burn_in`` enter the ring buffer only, not the summaries.
+    device : torch.device
+    capacity : int, default=4096
+    """
+
+    def __init__(self, fields: Mapping, n_members: int, burn_in: int, device, capacity: int = 4096):
+        self.fields = dict(fields)
+        self.names = list(self.fields)
+        self.n_members = int(n_members)
+        self.burn_in = int(burn_in)
+        self.capacity = int(capacity)
+        self.device = torch.device(device)
+        F, S = len(self.names), self.n_members
+        self._ring = torch.full((self.capacity, F, S), float("nan"), dtype=torch.float32, device=self.device)
+        self._ring_steps = np.zeros(self.capacity, dtype=np.int64)
+        self._sum = torch.zeros(F, S, dtype=torch.float64, device=self.device)
+        self._max = torch.full((F, S), -float("inf"), dtype=torch.float64, device=self.device)
+        self._last = torch.full((F, S), float("nan"), dtype=torch.float64, device=self.device)
+        self.n_recorded = 0
+        self.n_summarised = 0
+
+    def _stack(self, values: Mapping) -> Tensor:
+        rows = []
+        for name in self.names:
+            v = values.get(name, float("nan"))
+            if isinstance(v, Tensor):
+                rows.append(v.detach().reshape(-1).to(self.device, torch.float32).expand(self.n_members))
+            else:
+                rows.append(torch.full((self.n_members,), float(v), device=self.device))
+        return torch.stack(rows)
+
+    def record(self, step: int, values: Mapping) -> None:
+        """Store step ``step``'s statistics (tensors of shape () or (S,), or floats)."""
+        row = self._stack(values)
+        k = self.n_recorded % self.capacity
+        self._ring[k] = row
+        self._ring_steps[k] = step
+        self.n_recorded += 1
+        if step > self.burn_in:
+            row64 = row.double()
+            self._sum += row64
+            torch.maximum(self._max, row64, out=self._max)
+            self._last = row64
+            self.n_summarised += 1
+
+    def per_step(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The recorded window: ``steps`` (n,) and each field as ``(S, n)``, oldest first (synchronises)."""
+        n = min(self.n_recorded, self.capacity)
+        order = (np.arange(n) + self.n_recorded - n) % self.capacity
+        ring = self._ring[torch.as_tensor(order, device=self.device)].cpu().numpy()  # (n, F, S)
+        return self._ring_steps[order].copy(), {name: ring[:, i, :].T.copy() for i, name in enumerate(self.names)}
+
+    def summaries(self, members: np.ndarray | None = None) -> dict[str, float]:
+        """Each field reduced over the summarised steps as its Stat declares, then averaged over ``members``
+        (a boolean mask of the members to include; all by default), under its summary name."""
+        if self.n_summarised == 0:
+            return {}
+        mask = np.ones(self.n_members, dtype=bool) if members is None else np.asarray(members, dtype=bool)
+        if not mask.any():
+            return {}
+        sums, maxima, last = (t.cpu().numpy()[:, mask] for t in (self._sum, self._max, self._last))
+        out = {}
+        for i, name in enumerate(self.names):
+            stat = self.fields[name]
+            key = stat.summary or name
+            if stat.reduce == "mean":
+                value = float(np.mean(sums[i])) / self.n_summarised
+            elif stat.reduce == "sum":
+                value = float(np.sum(sums[i]))
+            elif stat.reduce == "max":
+                value = float(np.max(maxima[i]))
+            else:
+                value = float(np.mean(last[i]))
+            if np.isfinite(value) or stat.reduce != "mean":
+                out[key] = int(round(value)) if stat.reduce == "sum" and np.isfinite(value) else value
+        return out
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for key in ("_ring", "_sum", "_max", "_last"):
+            state[key] = state[key].cpu()
+        state["device"] = str(self.device)
+        return state
+
+    def __setstate__(self, state):
+        device = torch.device(state["device"])
+        if device.type == "cuda" and not torch.cuda.is_available():
+            device = torch.device("cpu")
+        for key in ("_ring", "_sum", "_max", "_last"):
+            state[key] = state[key].to(device)
+        state["device"] = device
+        self.__dict__.update(state)

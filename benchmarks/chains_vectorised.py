@@ -160,11 +160,11 @@ def sampler_steps(sizes, R, device):
     states = [sampler.init(p.parameters, gen, n_chains=1) for p in apart]
 
     def vectorised():
-        sampler.step(state, together, (X, y), gen)
+        sampler.step(state, together, (X, y))
 
     def sequential():
         for st, post in zip(states, apart):
-            sampler.step(st, post, (X, y), gen)
+            sampler.step(st, post, (X, y))
 
     def timed(fn):
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

@@ -79,7 +79,7 @@ def run(dim: int, L: int, n_series: int, steps: int, interval: int, eta: float, 
     kept = []
     t0 = time.perf_counter()
     for k in range(burn + steps):
-        state, _ = sampler.step(state, pot, None, gen)
+        state, _ = sampler.step(state, pot, None)
         if k >= burn:
             kept.append((pot.parameters[0].detach() @ basis).numpy())
     seconds = time.perf_counter() - t0
@@ -103,14 +103,14 @@ def memory_check(dim: int, L: int, steps: int = 5):
         pot = FunctionPotential(fn, [torch.randn(L, dim, generator=gen)])
         sampler = make_sampler(name, step_size=0.1, **params)
         state = sampler.init(pot.parameters, gen, n_chains=L if name == "baoab" else None)
-        state, _ = sampler.step(state, pot, None, gen)
-        state, _ = sampler.step(state, pot, None, gen)  # the preconditioner is built at step 2
+        state, _ = sampler.step(state, pot, None)
+        state, _ = sampler.step(state, pot, None)  # the preconditioner is built at step 2
         t0 = time.perf_counter()
         for _ in range(steps):
-            state, _ = sampler.step(state, pot, None, gen)
+            state, _ = sampler.step(state, pot, None)
         ms = 1e3 * (time.perf_counter() - t0) / steps
-        tensors = [v for v in state.extra.values() if isinstance(v, torch.Tensor)]
-        for v in state.extra.values():
+        tensors = [v for v in vars(state).values() if isinstance(v, torch.Tensor)]
+        for v in vars(state).values():
             if isinstance(v, list):
                 tensors += [t for t in v if isinstance(t, torch.Tensor)]
         nbytes = sum(t.numel() * t.element_size() for t in tensors)

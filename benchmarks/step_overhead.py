@@ -10,7 +10,7 @@ default) of:
 kernel
     The bare sampling kernel: ``sampler = make_sampler(name, ...)``,
     ``state = sampler.init(posterior.parameters, gen)`` and a loop of
-    ``sampler.step(state, posterior, batch, gen)`` with
+    ``sampler.step(state, posterior, batch)`` with
     ``posterior = Posterior(module, CategoricalLikelihood(), GaussianPrior(1.0),
     n_data=N)``. This includes the potential's forward/backward and whatever
     the kernel adds (diagnostics in :class:`~bayesnet.samplers.StepInfo`,
@@ -195,7 +195,7 @@ class KernelLoop:
         sampler, state, posterior, gen, batches = self.sampler, self.state, self.posterior, self.gen, self.batches
         t0 = clock()
         for _ in range(n_steps):
-            state, info = sampler.step(state, posterior, next(batches), gen)
+            state, info = sampler.step(state, posterior, next(batches))
         elapsed = clock() - t0
         self.state = state
         return elapsed

@@ -36,7 +36,7 @@ def run(eta_xi, n_steps: int, seed: int = 0) -> None:
         est.fit(X, y)  # builds the posterior and the chain (one epoch)
     sampler, state, posterior = est.sampler_, est.sampler_state_, est.posterior_
     dim = sum(p.numel() for p in posterior.parameters)
-    print(f"\ntempering_step_size={eta_xi} -> {state.extra['tempering_step_size']:.3g} (D={dim}), "
+    print(f"\ntempering_step_size={eta_xi} -> {state.tempering_step_size:.3g} (D={dim}), "
           f"{n_steps} steps")
     gen = torch.Generator().manual_seed(seed)
     Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
@@ -45,9 +45,9 @@ def run(eta_xi, n_steps: int, seed: int = 0) -> None:
     t0 = time.perf_counter()
     for k in range(1, n_steps + 1):
         idx = torch.randint(0, len(X), (64,), generator=gen)
-        state, info = sampler.step(state, posterior, (Xt[idx], yt[idx]), est.noise_generator_)
+        state, info = sampler.step(state, posterior, (Xt[idx], yt[idx]))
         plateau.append(float(info.extra["on_plateau"]))
-        xi_abs.append(abs(float(state.extra["xi"])))
+        xi_abs.append(abs(float(state.xi)))
         potential.append(float(info.potential))
         if not np.isfinite(potential[-1]):
             print(f"  diverged at step {k}")

@@ -133,7 +133,7 @@ def run_chains(sampler_name: str, target: Target, n_steps: int, burn_in: int, th
     kept = []
     for k in range(1, n_steps + 1):
         batch = target.batches(k) if target.batches is not None else None
-        state, info = sampler.step(state, pot, batch, gen)
+        state, info = sampler.step(state, pot, batch)
         if k > burn_in and k % thinning == 0:
             kept.append(torch.cat([p.detach().reshape(p.shape[0], -1) for p in state.position], dim=1).numpy().copy())
     return np.stack(kept, axis=1)

@@ -16,6 +16,7 @@ from bayesnet import (BayesianCNNClassifier, BayesianMLPClassifier, BayesianRNNC
                       BayesianRNNRegressor, TakensEmbedding, available_samplers, make_forecasting_windows)
 from bayesnet.datasets import make_chaotic_series
 from bayesnet.metrics import interval_coverage
+from bayesnet.predictive import PosteriorPredictive
 from bayesnet.networks import CNN, MLP, RNN
 from bayesnet.posterior import batched_outputs
 
@@ -119,26 +120,32 @@ def test_vectorised_prediction_equals_a_loop_over_draws_in_any_chunking(fitted_c
     draws = fitted_cnn._draw_parameters()
     expected = 0
     with torch.no_grad():
-        for d in range(fitted_cnn.n_draws_):
+        for d in range(fitted_cnn.n_draws_kept_):
             module.load_state_dict({n: p[d] for n, p in zip(names, draws)}, strict=False)
             expected = expected + torch.softmax(module(torch.as_tensor(Xte).view(-1, 1, 8, 8)).double(), -1)
     fitted_cnn._sync_module()
-    expected = (expected / fitted_cnn.n_draws_).numpy()
+    expected = (expected / fitted_cnn.n_draws_kept_).numpy()
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
-    monkeypatch.setattr(type(fitted_cnn), "_block_shape", lambda self, d, n, a: (7, 5))  # uneven blocks
+    monkeypatch.setattr(PosteriorPredictive, "block_shape", lambda self, n, a: (7, 5))  # uneven blocks
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
-    monkeypatch.setattr(type(fitted_cnn), "_block_shape", lambda self, d, n, a: (1, 1))  # one draw, one row
+    monkeypatch.setattr(PosteriorPredictive, "block_shape", lambda self, n, a: (1, 1))  # one draw, one row
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)
 
 
 def test_block_shape_fits_the_budget():
-    est = BayesianCNNClassifier()
-    est.device_ = torch.device("cpu")
-    budget = est._prediction_budget()
-    draws, rows = est._block_shape(200, 10_000, 100)  # a few draws, at least 1024 rows, within the budget
+    module = CNN((1, 8, 8), 3)
+    names = [n for n, _ in module.named_parameters()]
+
+    def predictive(n_draws):
+        return PosteriorPredictive(module, names, [p.detach()[None].expand(n_draws, *p.shape)
+                                                   for p in module.parameters()], "cpu")
+
+    big = predictive(200)
+    budget = big.budget()
+    draws, rows = big.block_shape(10_000, 100)  # a few draws, at least 1024 rows, within the budget
     assert draws == budget // (1024 * 100) and rows >= 1024 and draws * rows * 100 <= budget
-    assert est._block_shape(200, 10_000, 10**6) == (1, 1024)  # a huge row: one draw at a time
-    assert est._block_shape(4, 50, 10) == (4, 50)  # small: everything in one block
+    assert big.block_shape(10_000, 10**6) == (1, 1024)  # a huge row: one draw at a time
+    assert predictive(4).block_shape(50, 10) == (4, 50)  # small: everything in one block
 
 
 def test_cnn_input_layouts_and_errors(digits):
@@ -206,7 +213,7 @@ def test_every_sampler_runs_each_architecture(sampler, kind, digits, henon):
         est = BayesianRNNRegressor(**SMALL_RNN, cell="gru", **kwargs).fit(Xtr, ytr)
         out = est.predict(Xte[:20], return_std=True)[1]
     assert np.all(np.isfinite(out))
-    assert np.isfinite(est.diagnostics_["potential"]) and est.n_draws_ > 0
+    assert np.isfinite(est.diagnostics_["potential"]) and est.n_draws_kept_ > 0
 
 
 def test_gridsearch_clone_and_pickle(digits):
@@ -225,7 +232,7 @@ def test_several_chains_of_a_recurrent_net(henon):
     """The chain axis serves the RNN as it serves the MLP: one batched pass, per-chain draws and R-hat."""
     Xtr, ytr, Xte, _ = henon
     est = BayesianRNNRegressor(**SMALL_RNN, n_chains=3, **SHORT).fit(Xtr, ytr)
-    assert est.trace_.n_slots == 3 and est.n_draws_ == 30
+    assert est.trace_.n_slots == 3 and est.n_draws_kept_ == 30
     assert est.predict_draws(Xte).shape == (30, len(Xte))
     assert "potential" in est.convergence_
 
@@ -261,18 +268,29 @@ def test_cuda_every_sampler_each_architecture_and_cpu_reload(cls, sampler, digit
     assert state is not None
 
 
-def test_a_chain_that_stays_hot_stops_as_a_divergence(monkeypatch, henon):
+def test_a_chain_that_runs_hot_stops_as_a_divergence(henon):
     """A finite but exploding chain (found while building this: SGHMC at its default step on a CNN regressor
-    climbed from a potential of 1e3 to 1e8, predictions 1e12, without overflowing) is stopped once its kinetic
-    temperature stays above 1000x its target for 200 steps. The mechanism, made to fire on a healthy chain by
-    lowering the limit below its temperature of about 1; a first kick above the limit that decays (the sklearn
-    checks' raw data gives 1e6 at step 1) does not stop a fit."""
+    climbed from a potential of 1e3 to 1e8, predictions 1e12, without overflowing) stops once, after its
+    warm-up, its kinetic temperature passes temperature_tolerance times its target; during the warm-up only a
+    temperature held above warmup_temperature_limit for warmup_patience steps counts (the sklearn checks' raw
+    data gives a first kick of 1e6 that decays). Shown on a healthy chain (kinetic temperature about 1) by
+    setting the limits below it; the draws before are kept."""
     Xtr, ytr, _, _ = henon
-    monkeypatch.setattr(BayesianRNNRegressor, "_kinetic_limit", 0.01)
-    monkeypatch.setattr(BayesianRNNRegressor, "_kinetic_patience", 30)
-    est = BayesianRNNRegressor(**SMALL_RNN, n_draws=50, burn_in=10, thinning=1, random_state=0)
-    with pytest.raises(DivergenceError, match=r"kinetic temperature stayed above 0.01 for 30 steps.*Reduce the step"):
+    est = BayesianRNNRegressor(**SMALL_RNN, n_draws=50, burn_in=10, thinning=1, random_state=0,
+                               callbacks__divergence__temperature_tolerance=0.01)
+    with pytest.raises(DivergenceError, match=r"kinetic temperature far above its target.*Reduce the step"):
         est.fit(Xtr, ytr)
-    assert est.sampler_state_.step == 30 and len(est.trace_) == 19  # the draws before it are kept
-    monkeypatch.setattr(BayesianRNNRegressor, "_kinetic_patience", 10**6)
-    est.fit(Xtr, ytr)  # the counter restarts with every fit
+    # detected at once: the first step after the warm-up stores a draw (thinning 1), and storing checks first
+    assert est.fit_status_["diverged_chains"][0]["step"] == 11 and est.sampler_state_.step == 11
+    est.set_params(callbacks__divergence__temperature_tolerance=50.0,
+                   callbacks__divergence__warmup_temperature_limit=0.01, callbacks__divergence__warmup_patience=5,
+                   burn_in=20)
+    with pytest.raises(DivergenceError, match="kinetic temperature far above"):
+        est.fit(Xtr, ytr)
+    # held for 5 steps within the warm-up; read at the next check, here the first stored draw (step 21)
+    assert est.sampler_state_.step == 21
+    est.set_params(callbacks__divergence__warmup_patience=10**6)
+    est.fit(Xtr, ytr)  # below the patience the warm-up's heat is tolerated
+    assert est.fit_status_["status"] == "complete"
+
+

@@ -30,7 +30,7 @@ def averages(scheme, eps, n_steps=3000, burn_in=500, dim=4096, seed=0):
     state = sampler.init(pot.parameters, gen)
     kin = conf = 0.0
     for k in range(n_steps):
-        state, info = sampler.step(state, pot, None, gen)
+        state, info = sampler.step(state, pot, None)
         if k >= burn_in:
             kin += float(info.kinetic_temperature)
             conf += float((state.position[0].detach() ** 2).mean())

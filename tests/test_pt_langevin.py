@@ -26,7 +26,7 @@ def _run(sampler, potential, n_chains, n_steps, seed=0, record=None):
     gen = torch.Generator().manual_seed(seed)
     state = sampler.init(potential.parameters, gen, n_chains=n_chains)
     for k in range(1, n_steps + 1):
-        state, info = sampler.step(state, potential, None, gen)
+        state, info = sampler.step(state, potential, None)
         if record is not None:
             record(k, state, info)
     return state
@@ -90,14 +90,14 @@ def test_chain_axis_is_checked_and_one_replica_needs_none():
     pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(), [torch.zeros(3)])
     state = s.init(pot.parameters, gen)
     for _ in range(20):
-        state, info = s.step(state, pot, None, gen)
+        state, info = s.step(state, pot, None)
     assert info.potential.shape == () and info.is_draw is True
     assert pot.parameters[0].dtype == torch.float32 and pot.parameters[0].shape == (3,)
     assert set(info.scalars()) >= {"potential", "accepted", "accept_prob", "langevin", "temperature"}
     assert s.acceptance_rates(state).shape == (1, 1) and s.swap_rates(state).shape == (1, 0)
     summary = s.state_summary(state)
     assert len(summary["replica_acceptance_rates"]) == 1 and summary["pair_swap_rates"] == []
-    assert math.isnan(summary["swap_rate"]) and summary["in_tempering_phase"] and s.exact_potential
+    assert math.isnan(summary["swap_rate"]) and summary["in_tempering_phase"] and s.full_batch
 
 
 def test_pickled_state_continues_identically():
@@ -106,21 +106,21 @@ def test_pickled_state_continues_identically():
     gen = torch.Generator().manual_seed(5)
     state = s.init(target.potential.parameters, gen, n_chains=2)
     for _ in range(10):
-        state, _ = s.step(state, target.potential, None, gen)
+        state, _ = s.step(state, target.potential, None)
     clone = pickle.loads(pickle.dumps(state))
     gen_state = gen.get_state()
     for _ in range(15):
-        state, _ = s.step(state, target.potential, None, gen)
+        state, _ = s.step(state, target.potential, None)
     pot2 = FunctionPotential(target.potential.fn, clone.position)
     clone.position = pot2.parameters
     gen2 = torch.Generator()
     gen2.set_state(gen_state)
     for _ in range(15):
-        clone, _ = s.step(clone, pot2, None, gen2)
+        clone, _ = s.step(clone, pot2, None)
     assert torch.equal(clone.position[0], state.position[0])
-    assert torch.equal(clone.extra["value"], state.extra["value"])
+    assert torch.equal(clone.value, state.value)
     assert torch.equal(s.acceptance_rates(clone), s.acceptance_rates(state))
-    assert torch.equal(s.swap_rates(clone), s.swap_rates(state)) and clone.extra["swap_events"] == 6
+    assert torch.equal(s.swap_rates(clone), s.swap_rates(state)) and clone.swap_events == 6
     summary = s.state_summary(state)
     assert len(summary["replica_acceptance_rates"]) == 3 and len(summary["pair_swap_rates"]) == 2
     assert 0 <= summary["swap_rate"] <= 1
@@ -142,12 +142,12 @@ def test_cached_potential_and_gradient_stay_exact():
 
         def record(k, state, info):
             u, g = vg(None)
-            torch.testing.assert_close(state.extra["value"], u, rtol=0, atol=1e-12)
-            ok = state.extra["grad_valid"]
-            if state.extra["grad"] is None:  # no Langevin proposal yet
+            torch.testing.assert_close(state.value, u, rtol=0, atol=1e-12)
+            ok = state.grad_valid
+            if state.grad is None:  # no Langevin proposal yet
                 assert not ok.any()
             else:
-                torch.testing.assert_close(state.extra["grad"][0][ok], g[0][ok], rtol=0, atol=1e-12)
+                torch.testing.assert_close(state.grad[0][ok], g[0][ok], rtol=0, atol=1e-12)
             n_stale.append(int((~ok).sum()))
 
         _run(s, pot, 1, 200, seed=n_replicas, record=record)
@@ -169,7 +169,7 @@ def test_infinite_potential_is_rejected():
     divergent = []
     state = _run(s, pot, 4, 100, record=lambda k, st, info: divergent.append(float(info.extra["divergent"].sum())))
     assert float(pot.parameters[0].detach().abs().max()) < 1 and sum(divergent) > 0
-    assert torch.isfinite(state.extra["value"]).all()
+    assert torch.isfinite(state.value).all()
 
 
 # --------------------------------------------------------------------------- #
@@ -190,9 +190,9 @@ def _swap_state(values, n_replicas, max_temperature, seed=0):
     position = torch.arange(C * n_replicas, dtype=torch.float64).reshape(-1, 1)  # member id
     gen = torch.Generator().manual_seed(seed)
     state = s.init([position], gen, n_chains=C)
-    state.extra["value"] = values.reshape(-1).clone()
-    state.extra["grad"] = [position.clone() * 10]
-    state.extra["grad_valid"] = torch.arange(C * n_replicas) % 2 == 0
+    state.value = values.reshape(-1).clone()
+    state.grad = [position.clone() * 10]
+    state.grad_valid = torch.arange(C * n_replicas) % 2 == 0
     return s, state, gen
 
 
@@ -202,17 +202,17 @@ def test_swaps_exchange_positions_and_caches_on_even_then_odd_pairs():
                            [0.0, 100.0, 0.0, 100.0]],  # both pairs: log a = -50, -12.5 -> keep
                           dtype=torch.float64)
     s, state, gen = _swap_state(values, 4, 8.0)
-    s._swap(state, gen)
+    s._swap(state)
     np.testing.assert_array_equal(state.position[0].reshape(-1).numpy(), [1, 0, 3, 2, 4, 5, 6, 7])
-    np.testing.assert_array_equal(state.extra["value"].numpy(), [0, 10, 0, 0, 0, 100, 0, 100])
-    np.testing.assert_array_equal(state.extra["grad"][0].reshape(-1).numpy(), [10, 0, 30, 20, 40, 50, 60, 70])
-    np.testing.assert_array_equal(state.extra["grad_valid"].numpy(), [0, 1, 0, 1, 1, 0, 1, 0])
-    np.testing.assert_array_equal(state.extra["swap_attempts"].numpy(), [[1, 0, 1], [1, 0, 1]])
-    np.testing.assert_array_equal(state.extra["swap_accepts"].numpy(), [[1, 0, 1], [0, 0, 0]])
+    np.testing.assert_array_equal(state.value.numpy(), [0, 10, 0, 0, 0, 100, 0, 100])
+    np.testing.assert_array_equal(state.grad[0].reshape(-1).numpy(), [10, 0, 30, 20, 40, 50, 60, 70])
+    np.testing.assert_array_equal(state.grad_valid.numpy(), [0, 1, 0, 1, 1, 0, 1, 0])
+    np.testing.assert_array_equal(state.swap_attempts.numpy(), [[1, 0, 1], [1, 0, 1]])
+    np.testing.assert_array_equal(state.swap_accepts.numpy(), [[1, 0, 1], [0, 0, 0]])
     # the next event offers the odd pair (1, 2): chain 0 now holds U = (0, 10, 0, 0): log a = .25 * 10 -> swap
-    s._swap(state, gen)
+    s._swap(state)
     np.testing.assert_array_equal(state.position[0].reshape(-1).numpy()[:4], [1, 3, 0, 2])
-    np.testing.assert_array_equal(state.extra["swap_attempts"].numpy(), [[1, 1, 1], [1, 1, 1]])
+    np.testing.assert_array_equal(state.swap_attempts.numpy(), [[1, 1, 1], [1, 1, 1]])
     np.testing.assert_array_equal(state.position[0].reshape(-1).numpy()[4:], [4, 6, 5, 7])  # log a = .25 * 100
     np.testing.assert_array_equal(s.swap_rates(state).numpy(), [[1, 1, 1], [0, 1, 0]])
 
@@ -223,11 +223,11 @@ def test_swap_acceptance_probability_is_min_one_exp():
     d_beta = 1.0 - 0.5  # ladder (1, 2)
     values = torch.tensor([[math.log(0.3) / d_beta, 0.0]], dtype=torch.float64).repeat(C, 1)
     s, state, gen = _swap_state(values, 2, 2.0, seed=1)
-    frac = float(s._swap(state, gen))
+    frac = float(s._swap(state).mean())
     assert abs(frac - 0.3) < 4 * math.sqrt(0.21 / C)
     # with R = 2 the single pair is offered at every event
-    s._swap(state, gen)
-    assert int(state.extra["swap_attempts"].min()) == 2
+    s._swap(state)
+    assert int(state.swap_attempts.min()) == 2
 
 
 # --------------------------------------------------------------------------- #
@@ -285,7 +285,7 @@ def test_phase_switch_after_the_tempering_fraction():
 
     def record(k, state, info):
         seen.append((k, info.is_draw.clone(), info.extra["temperature"].clone(), s.in_tempering_phase(state),
-                     int(state.extra["swap_attempts"].sum())))
+                     int(state.swap_attempts.sum())))
 
     _run(s, target.potential, C, 100, record=record)
     ladder = torch.tensor([1.0, 3.0, 9.0], dtype=torch.float64).repeat(C)
@@ -367,10 +367,10 @@ def test_runs_on_cuda_in_float32():
     gen = torch.Generator(device="cuda").manual_seed(0)
     state = s.init(pot.parameters, gen, n_chains=8)
     for _ in range(50):
-        state, info = s.step(state, pot, None, gen)
+        state, info = s.step(state, pot, None)
     assert info.potential.device.type == "cuda" and info.is_draw.device.type == "cuda"
     assert pot.parameters[0].dtype == torch.float32 and torch.isfinite(pot.parameters[0]).all()
-    assert s.swap_rates(state).shape == (8, 3) and int(state.extra["swap_attempts"].sum()) > 0
+    assert s.swap_rates(state).shape == (8, 3) and int(state.swap_attempts.sum()) > 0
 
 
 def test_step_size_adaptation_per_ladder_slot_then_frozen():
@@ -384,15 +384,15 @@ def test_step_size_adaptation_per_ladder_slot_then_frozen():
     state = sampler.init(target.potential.parameters, gen, n_chains=C)
     kept, accepted = [], []
     for k in range(1, 2501):
-        state, info = sampler.step(state, target.potential, None, gen)
+        state, info = sampler.step(state, target.potential, None)
         if k == 500:
-            frozen = state.extra["log_step"].clone()
+            frozen = state.log_step.clone()
         if k > 1000:
             accepted.append(info.extra["accepted"].view(C, R).float().mean(0))
             if k % 5 == 0:
                 kept.append(state.position[0].detach()[info.is_draw].numpy().copy())
-    torch.testing.assert_close(state.extra["log_step"], frozen)  # no change after adaptation
-    steps = state.extra["log_step"].exp().view(C, R).mean(0)
+    torch.testing.assert_close(state.log_step, frozen)  # no change after adaptation
+    steps = state.log_step.exp().view(C, R).mean(0)
     assert steps[0] > 0.3 and steps[0] < steps[1] < steps[2]  # from 0.01 to the target's scale, hotter = larger
     rates = torch.stack(accepted).mean(0)
     assert torch.all((rates - 0.3).abs() < 0.08), rates

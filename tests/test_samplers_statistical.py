@@ -103,7 +103,7 @@ def _run_hmc(target, n_transitions, adaptation, seed=0, n_chains=None, **hyper):
     state = sampler.init(target.potential.parameters, gen, n_chains=n_chains)
     kept, accept = [], []
     for k in range(1, n_transitions + 1):
-        state, info = sampler.step(state, target.potential, None, gen)
+        state, info = sampler.step(state, target.potential, None)
         if k > adaptation:
             accept.append(float(info.extra["accept_prob"].mean()))
             kept.append(torch.cat([p.detach().reshape(p.shape[0], -1) for p in state.position], 1).numpy().copy())
@@ -157,7 +157,7 @@ def test_ensemble_samplers_on_the_conjugate_regression(name, hyper, chains, step
     state = sampler.init(target.potential.parameters, gen, n_chains=chains)
     kept = []
     for k in range(1, steps + 1):
-        state, info = sampler.step(state, target.potential, None, gen)
+        state, info = sampler.step(state, target.potential, None)
         if k > burn_in and k % 5 == 0:
             flat = torch.cat([p.detach().reshape(p.shape[0], -1) for p in state.position], 1)
             draws = info.is_draw if isinstance(info.is_draw, torch.Tensor) else torch.ones(len(flat), dtype=bool)

@@ -83,17 +83,17 @@ def test_the_wall_reflects():
     pot = _flat_potential(4)
     gen = torch.Generator().manual_seed(0)
     state = s.init(pot.parameters, gen, n_chains=4)
-    state.extra["xi"][:] = torch.tensor([1.6, -1.6, 1.0, 0.0], dtype=torch.float64)
-    state.extra["xi_momentum"][:] = torch.tensor([0.2, -0.2, 0.2, 0.1], dtype=torch.float64)
-    state, _ = s.step(state, pot, None, gen)
-    xi, r = state.extra["xi"].numpy(), state.extra["xi_momentum"].numpy()
+    state.xi[:] = torch.tensor([1.6, -1.6, 1.0, 0.0], dtype=torch.float64)
+    state.xi_momentum[:] = torch.tensor([0.2, -0.2, 0.2, 0.1], dtype=torch.float64)
+    state, _ = s.step(state, pot, None)
+    xi, r = state.xi.numpy(), state.xi_momentum.numpy()
     np.testing.assert_allclose(xi[:2], [1.6, -1.6])  # bounced back to where it was
     assert r[0] < 0 < r[1]  # moving inwards now
     assert xi[2] == pytest.approx(1.0 + r[2]) and r[2] > 0  # inside: a plain move
     # a free tempering variable never leaves the well
     for _ in range(2000):
-        state, _ = s.step(state, pot, None, gen)
-        assert float(state.extra["xi"].abs().max()) <= s.wall
+        state, _ = s.step(state, pot, None)
+        assert float(state.xi.abs().max()) <= s.wall
 
 
 def test_samples_only_every_k_steps_at_unit_temperature():
@@ -103,8 +103,8 @@ def test_samples_only_every_k_steps_at_unit_temperature():
     state = s.init(pot.parameters, gen, n_chains=64)
     n_draws, n_off_plateau_multiples = 0, 0
     for k in range(1, 401):
-        lam_before = coupling(state.extra["xi"], s.plateau, s.coupling_width, s.coupling_order)
-        state, info = s.step(state, pot, None, gen)
+        lam_before = coupling(state.xi, s.plateau, s.coupling_width, s.coupling_order)
+        state, info = s.step(state, pot, None)
         draws = info.is_draw
         if k % 5:
             assert not draws.any()
@@ -122,13 +122,13 @@ def test_single_chain_without_chain_axis_and_pickling():
     pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(), [torch.zeros(5, dtype=torch.float64)])
     gen = torch.Generator().manual_seed(2)
     state = s.init(pot.parameters, gen)
-    assert state.extra["xi"].shape == ()
-    state, info = s.step(state, pot, None, gen)
-    state, info = s.step(state, pot, None, gen)
+    assert state.xi.shape == ()
+    state, info = s.step(state, pot, None)
+    state, info = s.step(state, pot, None)
     assert info.is_draw is True  # xi starts on the plateau
     assert set(info.scalars()) >= {"xi", "effective_temperature", "thermostat", "tempering_thermostat"}
     clone = pickle.loads(pickle.dumps(state))
-    assert torch.equal(clone.extra["xi"], state.extra["xi"])
+    assert torch.equal(clone.xi, state.xi)
     with pytest.raises(ValueError, match="leading axis"):
         s.init([torch.zeros(3, 2)], gen, n_chains=4)
 
@@ -139,14 +139,14 @@ def test_ablation_switches():
     s = make_sampler("tacthmc", tempering=False, steps_per_sample=3)
     state = s.init(pot.parameters, gen, n_chains=8)
     for k in range(1, 31):
-        state, info = s.step(state, pot, None, gen)
+        state, info = s.step(state, pot, None)
         assert bool(info.is_draw.all()) == (k % 3 == 0)
-    assert torch.all(state.extra["xi"] == 0)
+    assert torch.all(state.xi == 0)
     s = make_sampler("tacthmc", thermostats=False, noise=0.07, tempering_noise=0.02)
     state = s.init(pot.parameters, gen, n_chains=8)
     for _ in range(30):
-        state, info = s.step(state, pot, None, gen)
-    assert torch.all(state.extra["thermostat"] == 0.07) and torch.all(state.extra["tempering_thermostat"] == 0.02)
+        state, info = s.step(state, pot, None)
+    assert torch.all(state.thermostat == 0.07) and torch.all(state.tempering_thermostat == 0.02)
 
 
 def test_momentum_resampling_after_a_sample():
@@ -157,7 +157,7 @@ def test_momentum_resampling_after_a_sample():
         gen = torch.Generator().manual_seed(4)
         state = s.init(pot.parameters, gen, n_chains=16)
         for _ in range(4):
-            state, info = s.step(state, pot, None, gen)
+            state, info = s.step(state, pot, None)
         assert bool(info.is_draw.all())
         out[resample] = state.momentum[0].clone()
     assert not torch.allclose(out[False], out[True])
@@ -174,11 +174,11 @@ def test_abf_keeps_the_running_mean_force_per_bin():
     state = s.init(pot.parameters, gen, n_chains=1)
     sums, counts = np.zeros(10), np.zeros(10)
     for _ in range(3000):
-        xi = state.extra["xi"].clone()
+        xi = state.xi.clone()
         j = int(s._bin(xi)[0])
         sums[j] += 2.0 * float(coupling_derivative(xi, s.plateau, s.coupling_width, s.coupling_order)[0])
         counts[j] += 1
-        state, _ = s.step(state, pot, None, gen)
+        state, _ = s.step(state, pot, None)
     centres, bias, visits = s.bias_profile(state)
     np.testing.assert_array_equal(visits[0].numpy(), counts)
     seen = counts > 0
@@ -196,7 +196,7 @@ def test_metadynamics_deposits_and_pushes_away():
                          metadynamics_bias_temperature=tb, n_bins=20)
         state = s.init(pot.parameters, gen, n_chains=1)
         for _ in range(200):
-            state, _ = s.step(state, pot, None, gen)
+            state, _ = s.step(state, pot, None)
         _, bias, visits = s.bias_profile(state)
         if tb is None:
             np.testing.assert_allclose(bias[0].numpy(), 0.05 * visits[0].numpy())
@@ -230,7 +230,7 @@ def test_abf_lets_the_tempering_variable_wander():
         gen = torch.Generator().manual_seed(7)
         state = s.init(pot.parameters, gen, n_chains=64)
         for _ in range(3000):
-            state, _ = s.step(state, pot, None, gen)
+            state, _ = s.step(state, pot, None)
         fractions[biasing] = float(s.plateau_fraction(state).mean())
     assert fractions["abf"] > 2 * fractions[None]
 

@@ -86,19 +86,12 @@ class BayesianClassifierMixin(ClassifierMixin):
             Only with ``return_interval=True``: the ``(1 - level)/2`` and
             ``(1 + level)/2`` quantiles over draws.
         """
-        if return_interval:
-            level = _check_level(level)
-        means, lowers, uppers = [], [], []
-        for out in self._output_chunks(X):  # row chunks: the (n_draws, rows, n_classes) block stays small
-            proba = torch.softmax(out.double(), dim=-1)
-            means.append(proba.mean(dim=0).cpu().numpy())
-            if return_interval:
-                lower, upper = np.quantile(proba.cpu().numpy(), [(1 - level) / 2, (1 + level) / 2], axis=0)
-                lowers.append(lower), uppers.append(upper)
-        proba = np.concatenate(means)
-        if not return_interval:
-            return proba
-        return proba, np.concatenate(lowers), np.concatenate(uppers)
+        level = _check_level(level)
+        predictive = self._predictive()
+        X = self._validate_X(X, reset=False)
+        # row blocks: the (n_draws, rows, n_classes) array stays small
+        proba, lower, upper = predictive.class_probabilities(X, level if return_interval else None)
+        return (proba, lower, upper) if return_interval else proba
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""
@@ -108,6 +101,8 @@ class BayesianClassifierMixin(ClassifierMixin):
     def predict(self, X):
         """Most probable class under the posterior predictive, shape (n_samples,)."""
         proba = self.predict_proba(X)
+        if not np.all(np.isfinite(proba)):  # never turn NaN into a class (argmax of NaN is 0)
+            raise ValueError("the predictive probabilities are not finite for some rows; see fit_status_.")
         return self.classes_[np.argmax(proba, axis=1)]
 
 
@@ -145,6 +140,10 @@ class BayesianRegressorMixin(RegressorMixin):
         mean = self._network_outputs(X).double()  # (D, n, k)
         log_var = self._draw_parameters()[-1].double()  # (D, k)
         return mean, torch.exp(0.5 * log_var)[:, None, :]
+
+    def _noise_std(self) -> torch.Tensor:
+        """Each draw's observation-noise sd in standardised units, shape (n_draws, n_outputs)."""
+        return torch.exp(0.5 * self._draw_parameters()[-1].double())
 
     def _squeeze(self, a: np.ndarray) -> np.ndarray:
         return a[..., 0] if self._y_is_1d else a
@@ -194,27 +193,16 @@ class BayesianRegressorMixin(RegressorMixin):
         std : ndarray, same shape, only with ``return_std``
         lower, upper : ndarrays, same shape, only with ``return_interval``
         """
-        mean_d, std_d = self._draws_standardised(X)  # (D, n, k), (D, 1, k)
-        mean = mean_d.mean(dim=0)
-        out = [self._squeeze(mean.numpy() * self.y_scale_ + self.y_mean_)]
+        level = _check_level(level)
+        predictive = self._predictive()
+        noise = self._noise_std()
+        X = self._validate_X(X, reset=False)
+        # row blocks, each reduced on the device: time and memory bounded by the block, as for the mean
+        mean, std, lower, upper = predictive.gaussian_mixture(X, noise, std=return_std,
+                                                              level=level if return_interval else None)
+        out = [self._squeeze(mean * self.y_scale_ + self.y_mean_)]
         if return_std:
-            var = (std_d**2).mean(dim=0) + mean_d.var(dim=0, unbiased=False)
-            out.append(self._squeeze(var.sqrt().numpy() * self.y_scale_))
+            out.append(self._squeeze(std * self.y_scale_))
         if return_interval:
-            level = _check_level(level)
-            for q in ((1 - level) / 2, (1 + level) / 2):
-                out.append(self._squeeze(_mixture_quantile(mean_d, std_d, q).numpy() * self.y_scale_ + self.y_mean_))
+            out += [self._squeeze(b * self.y_scale_ + self.y_mean_) for b in (lower, upper)]
         return out[0] if len(out) == 1 else tuple(out)
-
-
-def _mixture_quantile(means: torch.Tensor, stds: torch.Tensor, q: float, iterations: int = 60) -> torch.Tensor:
-    """Quantile ``q`` of the equal-weight Gaussian mixture over the leading axis."""
-    lo = (means - 8 * stds).min(dim=0).values
-    hi = (means + 8 * stds).max(dim=0).values
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        cdf = torch.special.ndtr((mid - means) / stds).mean(dim=0)
-        below = cdf < q
-        lo = torch.where(below, mid, lo)
-        hi = torch.where(below, hi, mid)
-    return 0.5 * (lo + hi)

@@ -1,20 +1,27 @@
 """Sampling kernels, one module per algorithm, and their registry.
 
 Use :func:`make_sampler` (or the estimators' ``sampler=`` parameter) with one
-of :func:`available_samplers`.
+of :func:`available_samplers`. :mod:`.base` holds the contract every kernel
+follows; :mod:`.random` the per-chain random streams.
 """
 
+from ..plan import ChainLayout, RunPlan
 from .base import (
     DivergenceError,
+    MomentumState,
     Potential,
     Sampler,
     SamplerState,
+    Stat,
     StepInfo,
     available_samplers,
     get_sampler_class,
     make_sampler,
     register_sampler,
+    sampler_class,
+    unregister_sampler,
 )
+from .random import ChainRandom
 from .baoab import BAOAB
 from .sghmc import SGHMC
 from .sgld import SGLD
@@ -25,15 +32,22 @@ from .pt_langevin import PTLangevin
 from .eqn import EQN
 
 __all__ = [
+    "ChainLayout",
+    "ChainRandom",
     "DivergenceError",
+    "MomentumState",
     "Potential",
+    "RunPlan",
     "Sampler",
     "SamplerState",
+    "Stat",
     "StepInfo",
     "available_samplers",
     "get_sampler_class",
     "make_sampler",
     "register_sampler",
+    "sampler_class",
+    "unregister_sampler",
     "BAOAB",
     "HMC",
     "SGHMC",

@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
 
-import torch
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from ..plan import ChainLayout
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo, register_sampler
 from .integrators import (
     baoab_step,
+    chain_numel,
     exact_ou_coefficients,
     gaussian_momentum,
     gradient_step,
-    chain_numel,
     ornstein_uhlenbeck_step,
     position_step,
     squared_norm,
 )
+from .random import ChainRandom
 
-__all__ = ["BAOAB"]
+__all__ = ["BAOAB", "BAOABState"]
+
+
+@dataclass(kw_only=True)
+class BAOABState(MomentumState):
+    """:class:`MomentumState` plus the gradient at the current position (None before the first step), which
+    serves the first kick of the next step."""
+
+    grad: list[Tensor] | None = None
 
 _SCHEMES = ("BAOAB", "GLA2", "GLA1")
 
@@ -67,7 +80,8 @@ class BAOAB(Sampler):
     Raises
     ------
     ValueError
-        On non-positive step size, friction or temperature, or an unknown scheme.
+        From :meth:`validate`: on a non-positive step size, friction or
+        temperature, or an unknown scheme.
 
     Notes
     -----
@@ -82,7 +96,14 @@ class BAOAB(Sampler):
     """
 
     name = "baoab"
-    _positive = ("step_size", "friction", "temperature")
+    stats = {**COMMON_STATS, **MOMENTUM_STATS}
+    state_class = BAOABState
+    _parameter_constraints = {
+        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "friction": [Interval(Real, 0, np.inf, closed="neither")],
+        "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+        "scheme": [StrOptions(set(_SCHEMES))],
+    }
 
     def __init__(self, step_size: float = 0.01, friction: float = 1.0, temperature: float = 1.0,
                  scheme: str = "BAOAB"):
@@ -90,40 +111,40 @@ class BAOAB(Sampler):
         self.friction = friction
         self.temperature = temperature
         self.scheme = scheme
-        self._validate()
-        if scheme not in _SCHEMES:
-            raise ValueError(f"baoab: scheme must be one of {list(_SCHEMES)}, got {scheme!r}.")
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        position = list(position)
-        self._check_chain_axis(position, n_chains)
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator, n_chains)
-        return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat, "n_chains": n_chains})
+    def target_temperature(self) -> float:
+        return float(self.temperature)
 
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
-        eps, theta, p = self.step_size, state.position, state.momentum
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> BAOABState:
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), rng, layout)
+        return BAOABState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat)
+
+    def reset_cache(self, state: BAOABState) -> None:
+        """Drop the cached gradient: the next step re-evaluates it on its own batch."""
+        state.grad = None
+
+    def step(self, state: BAOABState, potential: Potential, batch: Any) -> tuple[BAOABState, StepInfo]:
+        eps, theta, p, flat = self.step_size, state.position, state.momentum, state.flat_momentum
+        rng, layout = state.rng, state.layout
         a, noise = exact_ou_coefficients(self.friction, eps, 1.0, self.temperature)  # unit mass: eta = 1
-        grad = state.extra.get("grad")
+        grad = state.grad
         if grad is None:  # first step: the gradient at the starting point
             _, grad = potential.value_and_grad(batch)
         if self.scheme == "BAOAB":
-            value, grad = baoab_step(theta, p, grad, eps, a, noise, potential, batch, generator)
+            value, grad = baoab_step(theta, p, grad, eps, a, noise, potential, batch, rng, layout, flat)
         elif self.scheme == "GLA2":
             gradient_step(p, grad, eps / 2)
             position_step(theta, p, eps)
             value, grad = potential.value_and_grad(batch)
             gradient_step(p, grad, eps / 2)
-            ornstein_uhlenbeck_step(p, a, noise, generator)
+            ornstein_uhlenbeck_step(p, a, noise, rng, layout, flat)
         else:  # GLA1
             gradient_step(p, grad, eps)
             position_step(theta, p, eps)
-            ornstein_uhlenbeck_step(p, a, noise, generator)
+            ornstein_uhlenbeck_step(p, a, noise, rng, layout, flat)
             value, grad = potential.value_and_grad(batch)
-        state.extra["grad"] = grad
+        state.grad = grad
         state.step += 1
-        kinetic = 0.5 * squared_norm(p, state.extra.get("flat_momentum"))
+        kinetic = 0.5 * squared_norm(p, flat)
         return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
-                               kinetic_temperature=2.0 * kinetic / chain_numel(p, state.extra.get("n_chains")))
+                               kinetic_temperature=2.0 * kinetic / chain_numel(p, layout))

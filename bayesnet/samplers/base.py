@@ -1,30 +1,52 @@
-"""Kernel interface shared by all samplers, and the sampler registry.
+"""The sampler contract: kernels, their typed states, what they report, and the registry.
 
-A sampler is a small object that holds only hyperparameters. Its chain lives
-in an explicit :class:`SamplerState`; one call of :meth:`Sampler.step`
-advances it by one transition and returns diagnostics in a :class:`StepInfo`.
-Randomness comes only from the ``torch.Generator`` passed in, so the same
-generator seed reproduces the same chain.
+A sampler is a small scikit-learn style object that holds only
+hyperparameters (``get_params``/``set_params``, validated against
+``_parameter_constraints``). Its chain lives in an explicit, typed state (a
+dataclass per sampler, as BlackJAX's ``HMCState``); one call of
+:meth:`Sampler.step` advances it by one transition and returns diagnostics in
+a :class:`StepInfo`. Randomness comes only from the state's per-chain streams
+(:class:`~bayesnet.samplers.random.ChainRandom`).
+
+What a kernel declares, so that the estimators never look behind it:
+
+* :meth:`Sampler.configure` takes the :class:`~bayesnet.plan.RunPlan` (planned
+  steps, burn-in, data size, batch size, chain layout) and resolves the
+  settings that depend on it (warm-up length, a schedule over the run);
+* :attr:`Sampler.stats` names the diagnostic fields of its :class:`StepInfo`
+  and how each one summarises over a run (:class:`Stat`, as NumPyro's
+  ``default_fields``);
+* :attr:`Sampler.full_batch` says whether it wants the full batch by default,
+  :meth:`Sampler.steps_per_draw` and :attr:`Sampler.default_thinning` which
+  steps count as draws, :meth:`Sampler.members_per_chain` the chain layout;
+* :meth:`Sampler.divergence_hint`, :meth:`Sampler.shortfall_hint`,
+  :meth:`Sampler.target_temperature` and :meth:`Sampler.state_summary`
+  supply the words and figures the estimators report.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
-from dataclasses import dataclass, field
-from numbers import Integral, Real
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol, Sequence
 
 import torch
+from sklearn.base import BaseEstimator
 from torch import Tensor
+
+from ..plan import ChainLayout, RunPlan
+from .random import ChainRandom, as_chain_random
 
 __all__ = [
     "Potential",
     "SamplerState",
+    "MomentumState",
     "StepInfo",
+    "Stat",
     "Sampler",
     "DivergenceError",
     "register_sampler",
+    "unregister_sampler",
     "get_sampler_class",
     "make_sampler",
     "available_samplers",
@@ -36,16 +58,16 @@ class Potential(Protocol):
 
     ``parameters`` are the position tensors the sampler moves (leaf tensors,
     updated in place); ``value_and_grad(batch)`` returns the (mini-batch
-    estimate of the) potential ``U(theta) = -log posterior`` as a 0-d tensor
-    and its gradient, one tensor per parameter; ``value(batch)`` returns the
-    potential alone, without building a graph (Metropolis tests on proposals).
-    See :class:`bayesnet.posterior.Posterior` for the network posterior.
+    estimate of the) potential ``U(theta) = -log posterior`` and its gradient,
+    one tensor per parameter; ``value(batch)`` returns the potential alone,
+    without building a graph (Metropolis tests on proposals). See
+    :class:`bayesnet.posterior.ChainPosterior` for the network posterior.
 
     The chain axis: when the position tensors carry a leading axis of ``S``
     packed members (chains, tempering replicas or ensemble walkers; see
-    :meth:`Sampler.init`), both methods return one potential per member,
-    shape ``(S,)``, and the gradients are those of their sum, i.e. every
-    member's own gradient.
+    :class:`~bayesnet.plan.ChainLayout`), both methods return one potential
+    per member, shape ``(S,)``, and the gradients are those of their sum,
+    i.e. every member's own gradient.
     """
 
     parameters: list[Tensor]
@@ -55,30 +77,15 @@ class Potential(Protocol):
     def value(self, batch: Any) -> Tensor: ...
 
 
-def is_integer(value: Any, low: int) -> bool:
-    """Whether ``value`` is an integer (not a bool) of at least ``low``."""
-    return not isinstance(value, bool) and isinstance(value, Integral) and value >= low
-
-
 def per_chain_mean(value: Any) -> float:
-    """A diagnostic as one float (for skorch's history).
-
-    Parameters
-    ----------
-    value : float, bool or Tensor of shape () or (S,)
-
-    Returns
-    -------
-    float
-        The mean over the chain axis for a per-member tensor, else the value.
-    """
+    """A diagnostic as one float: the mean over the chain axis of a per-member tensor, else the value."""
     if isinstance(value, Tensor):
         return float(value.float().mean()) if value.numel() != 1 else float(value.reshape(()))
     return float(value)
 
 
 class DivergenceError(FloatingPointError):
-    """A chain produced a non-finite potential or position.
+    """A chain produced a non-finite or exploding potential or position.
 
     Attributes
     ----------
@@ -94,38 +101,56 @@ class DivergenceError(FloatingPointError):
         return type(self), (str(self), self.step)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SamplerState:
-    """Explicit state of a chain.
+    """Explicit state of a chain (of all chains of a layout at once). Samplers subclass it with their own
+    typed fields.
 
     Attributes
     ----------
     position : list of Tensor
-        ``theta``, one tensor per parameter; these are the potential's own
-        parameter tensors, updated in place.
-    momentum : list of Tensor or None
-        ``r`` in velocity-per-step units (see :mod:`.integrators`), or None for
-        first-order samplers such as SGLD.
+        ``theta``, one tensor per parameter; these are the potential's own parameter tensors, updated in
+        place.
+    layout : ChainLayout
+        How the leading axis packs chains and their members.
+    rng : ChainRandom
+        The chains' random streams.
     step : int
         Number of transitions taken so far.
-    extra : dict
-        Sampler-specific variables (thermostats, tempering variable, ...).
     """
 
     position: list[Tensor]
-    momentum: list[Tensor] | None = None
+    layout: ChainLayout
+    rng: ChainRandom
     step: int = 0
-    extra: dict = field(default_factory=dict)
+
+    def replace_position(self, position: list[Tensor]) -> None:
+        """Point the state at new position tensors (the same values), e.g. after a copy."""
+        self.position = list(position)
+
+
+@dataclass(kw_only=True)
+class MomentumState(SamplerState):
+    """State of the samplers with momenta.
+
+    Attributes
+    ----------
+    momentum : list of Tensor
+        ``r`` (see :mod:`.integrators` for its units), views of ``flat_momentum``.
+    flat_momentum : Tensor, shape (D,) or chain-major (S, D / S)
+        The buffer the momenta share: kinetic energies and refreshes take one operation.
+    """
+
+    momentum: list[Tensor]
+    flat_momentum: Tensor
 
     def __setstate__(self, state):
-        # pickle does not keep views sharing storage: make the momenta views of
-        # the flat buffer again, as the kernels update one through the other.
+        # pickle does not keep views sharing storage: make the momenta views of the flat buffer again, as the
+        # kernels update one through the other.
         from .integrators import momentum_views
 
         self.__dict__.update(state)
-        flat = self.extra.get("flat_momentum")
-        if flat is not None and self.momentum is not None:
-            self.momentum = momentum_views(flat, self.momentum)
+        self.momentum = momentum_views(self.flat_momentum, self.momentum)
 
 
 @dataclass
@@ -135,186 +160,275 @@ class StepInfo:
     Attributes
     ----------
     potential : Tensor
-        0-d tensor, or ``(S,)`` with a chain axis: the (mini-batch) potential ``U`` evaluated during the step
-        (SGHMC: at the position the step returns; SGLD: at the position it
-        started from, where its gradient is taken).
+        0-d tensor, or ``(S,)`` with a chain axis: the (mini-batch) potential ``U`` evaluated during the step.
     kinetic_energy : Tensor or None
-        ``K = sum(r**2) / (2 eta)`` after the step, for samplers with momentum
-        (sgnht: at the start of the step, the value its thermostat uses).
+        For samplers with momenta.
     kinetic_temperature : Tensor or None
-        ``2 K / D``; its long-run average should equal ``temperature``.
+        ``2 K / D``; its long-run average should equal :meth:`Sampler.target_temperature`.
     is_draw : bool or Tensor
-        Whether the new position counts as a sample (TACT-HMC collects only
-        at unit temperature; HMC counts each trajectory; parallel tempering
-        only the replicas at temperature 1). With a chain axis a bool
-        tensor of shape ``(S,)``, one flag per packed member.
+        Whether the new position counts as a sample; with a chain axis a bool tensor of shape ``(S,)``.
     extra : dict
-        Further diagnostics (acceptance, thermostat value, ...): floats, or
-        ``(S,)`` tensors with a chain axis.
+        The kernel's further diagnostics, exactly the fields its :attr:`Sampler.stats` declares besides
+        the three above: floats, or ``(S,)`` tensors with a chain axis.
     """
 
     potential: Tensor
     kinetic_energy: Tensor | None = None
     kinetic_temperature: Tensor | None = None
-    is_draw: bool = True
+    is_draw: bool | Tensor = True
     extra: dict = field(default_factory=dict)
 
-    def scalars(self) -> dict[str, float]:
-        """All diagnostics as Python floats (for skorch's history); per-chain values are averaged over
-        the chain axis."""
-        out = {"potential": per_chain_mean(self.potential)}
+    def fields(self) -> dict[str, Any]:
+        """Every reported field by name (the three common ones that are set, then ``extra``)."""
+        out = {"potential": self.potential}
         if self.kinetic_energy is not None:
-            out["kinetic_energy"] = per_chain_mean(self.kinetic_energy)
+            out["kinetic_energy"] = self.kinetic_energy
         if self.kinetic_temperature is not None:
-            out["kinetic_temperature"] = per_chain_mean(self.kinetic_temperature)
-        for key, val in self.extra.items():
-            out[key] = per_chain_mean(val)
+            out["kinetic_temperature"] = self.kinetic_temperature
+        out.update(self.extra)
         return out
 
+    def scalars(self) -> dict[str, float]:
+        """All fields as Python floats, per-member values averaged over the chain axis (synchronises)."""
+        return {k: per_chain_mean(v) for k, v in self.fields().items()}
 
-class Sampler:
+
+@dataclass(frozen=True)
+class Stat:
+    """How a per-step diagnostic summarises over the steps of a run (after burn-in).
+
+    Parameters
+    ----------
+    reduce : {"mean", "sum", "last", "max"}
+        ``"mean"`` for levels (potential, temperature) and rates (acceptance), ``"sum"`` for counts
+        (divergent transitions), ``"last"`` for settings that move (an adapted step size).
+    summary : str or None
+        Name in the estimators' ``diagnostics_``; None keeps the field's name.
+    """
+
+    reduce: str = "mean"
+    summary: str | None = None
+
+    def __post_init__(self):
+        if self.reduce not in ("mean", "sum", "last", "max"):
+            raise ValueError(f"Stat.reduce must be 'mean', 'sum', 'last' or 'max', got {self.reduce!r}.")
+
+
+#: the fields every sampler reports
+COMMON_STATS = {"potential": Stat("mean")}
+#: what samplers with momenta add
+MOMENTUM_STATS = {"kinetic_energy": Stat("mean"), "kinetic_temperature": Stat("mean")}
+
+
+class Sampler(BaseEstimator):
     """Base class of the sampling kernels.
 
     Subclasses declare their hyperparameters as keyword arguments of
-    ``__init__`` with defaults, list the strictly positive ones in
-    ``_positive``, the non-negative ones in ``_non_negative`` and the
-    integer ones with their minimum in ``_integers``, and implement
-    :meth:`init` and :meth:`step`.
+    ``__init__`` stored untouched, their constraints in
+    ``_parameter_constraints`` (scikit-learn's mechanism, checked by
+    :meth:`validate`), the fields they report in :attr:`stats`, and
+    implement :meth:`_init` and :meth:`step`.
 
     Raises
     ------
-    TypeError
-        On a hyperparameter the sampler does not have (the message lists the
-        valid ones).
-    ValueError
-        On a non-finite or out-of-range hyperparameter.
+    sklearn.utils._param_validation.InvalidParameterError
+        (a ``ValueError``) from :meth:`validate`, on an out-of-range hyperparameter.
     """
 
     name: ClassVar[str] = ""
     #: thinning the estimators use for ``thinning="auto"`` (samplers that thin themselves use 1)
     default_thinning: ClassVar[int] = 10
-    #: whether the kernel's Metropolis test needs the exact (full-batch) potential (estimators then default to it)
-    exact_potential: ClassVar[bool] = False
-    _positive: ClassVar[tuple[str, ...]] = ()
-    _non_negative: ClassVar[tuple[str, ...]] = ()
-    #: integer hyperparameters and their smallest allowed value
-    _integers: ClassVar[dict[str, int]] = {}
+    #: whether the kernel wants the full batch by default (Metropolis tests need exact energies)
+    full_batch: ClassVar[bool] = False
+    #: the diagnostic fields of :class:`StepInfo` and how each summarises over a run
+    stats: ClassVar[dict[str, Stat]] = COMMON_STATS
+    #: the state class :meth:`init` returns
+    state_class: ClassVar[type] = SamplerState
+    _parameter_constraints: ClassVar[dict] = {}
 
+    # ------------------------------------------------------------------ #
+    # parameters (scikit-learn's get_params / set_params)
+    # ------------------------------------------------------------------ #
     @classmethod
     def hyperparameter_names(cls) -> list[str]:
         """Names accepted by ``__init__`` (and hence as ``sampler__<name>``)."""
-        sig = inspect.signature(cls.__init__)
-        return [p for p in sig.parameters if p != "self"]
+        return cls._get_param_names()
 
     @classmethod
     def from_params(cls, **params: Any) -> "Sampler":
-        """Build the sampler, with a clear error for unknown hyperparameters."""
+        """Build and validate the sampler, with a clear error for unknown hyperparameters.
+
+        Raises
+        ------
+        TypeError
+            On a hyperparameter the sampler does not have (the message lists the valid ones).
+        ValueError
+            On an out-of-range value.
+        """
         valid = cls.hyperparameter_names()
         unknown = sorted(set(params) - set(valid))
         if unknown:
-            raise TypeError(
-                f"sampler {cls.name!r} got unknown hyperparameter(s) {unknown}; "
-                f"valid ones are {valid} (set them as sampler__<name>)."
-            )
-        return cls(**params)
+            raise TypeError(f"sampler {cls.name!r} got unknown hyperparameter(s) {unknown}; valid ones are {valid} "
+                            "(set them as sampler__<name>).")
+        return cls(**params).validate()
 
-    def _validate(self) -> None:
-        for key in self._positive + self._non_negative:
-            val = getattr(self, key)
-            if isinstance(val, bool) or not isinstance(val, Real) or not math.isfinite(val):
-                raise ValueError(f"{self.name}: {key} must be a finite number, got {val!r}.")
-            if key in self._positive and val <= 0:
-                raise ValueError(f"{self.name}: {key} must be > 0, got {val!r}.")
-            if key in self._non_negative and val < 0:
-                raise ValueError(f"{self.name}: {key} must be >= 0, got {val!r}.")
-        for key, low in self._integers.items():
-            val = getattr(self, key)
-            if not is_integer(val, low):
-                raise ValueError(f"{self.name}: {key} must be an integer >= {low}, got {val!r}.")
+    def validate(self) -> "Sampler":
+        """Check the hyperparameters against ``_parameter_constraints`` (and :meth:`_check_params` for rules
+        between them); returns ``self``.
 
+        Raises
+        ------
+        ValueError
+            On an out-of-range value (bools are not numbers here).
+        """
+        for key, constraints in self._parameter_constraints.items():
+            val = getattr(self, key)
+            if isinstance(val, bool) and "boolean" not in constraints:
+                raise ValueError(f"The {key!r} parameter of {type(self).__name__} must not be a bool, got {val!r}.")
+        self._validate_params()
+        self._check_params()
+        return self
+
+    def _check_params(self) -> None:
+        """Rules between hyperparameters (subclasses); raise ValueError."""
+
+    def configure(self, plan: RunPlan) -> "Sampler":
+        """Take the run plan (planned steps, burn-in, data size, batch size, chain layout) and resolve the
+        settings that depend on it, as attributes with a trailing underscore. Returns ``self``.
+
+        The estimators call it once per fit, before :meth:`init`; used directly, a sampler runs without it
+        (each ``"auto"`` setting then takes its documented fallback).
+        """
+        self.plan_ = plan
+        return self
+
+    def _planned(self, attr: str, default):
+        """A setting resolved by :meth:`configure`, or ``default`` without a plan."""
+        return getattr(self, attr, default)
+
+    # ------------------------------------------------------------------ #
+    # what the kernel declares
+    # ------------------------------------------------------------------ #
     def members_per_chain(self) -> int:
         """Position sets one chain packs on the leading axis: 1, or the tempering replicas (pt-langevin) or
-        ensemble walkers (eqn) that make up one chain. ``init(..., n_chains=C)`` expects ``C * members``."""
+        ensemble walkers (eqn) that make up one chain."""
         return 1
 
     def steps_per_draw(self) -> float:
-        """Expected number of steps per candidate draw (``StepInfo.is_draw``); 1 unless the sampler
-        collects only some of its steps, as TACT-HMC does. The estimators plan their run length with it."""
+        """Expected number of steps per candidate draw (``StepInfo.is_draw``); 1 unless the sampler collects
+        only some of its steps, as TACT-HMC does. The estimators plan the run length with it and, when it is
+        above 1, stop early once the draws are collected."""
         return 1.0
 
+    def target_temperature(self) -> float | None:
+        """The value the kinetic temperature should average at equilibrium (None: no momenta)."""
+        return None
+
+    def temperature_range(self) -> tuple[float, float]:
+        """The lowest and highest temperature the positions are sampled at (tempering samplers heat some of
+        their steps or replicas); the estimators' divergence monitor allows the potential the rise that
+        heating brings."""
+        t = getattr(self, "temperature", 1.0)
+        t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 1.0
+        return t, t
+
     def reset_cache(self, state: SamplerState) -> None:
-        """Forget values cached from earlier batches (called when ``partial_fit`` continues on new data)."""
+        """Forget values cached from earlier batches (called when a fit continues on new data)."""
 
     def state_summary(self, state: SamplerState) -> dict:
         """Run-level diagnostics kept in the state (acceptance and swap rates, ...), for ``diagnostics_``."""
         return {}
 
     def divergence_hint(self, state: SamplerState) -> str:
-        """The settings to name when this chain diverges (the estimators put it in ``DivergenceError``)."""
+        """The settings to name when this chain diverges (the estimators put it in the error)."""
         step_size = getattr(self, "step_size", None)
-        return f"sampler__step_size={step_size:g}" if step_size is not None else "the step size"
+        if isinstance(step_size, (int, float)) and not isinstance(step_size, bool):
+            return f"sampler__step_size={step_size:g}"
+        return "sampler__step_size"
 
-    def get_params(self) -> dict[str, Any]:
-        """Current hyperparameters."""
-        return {k: getattr(self, k) for k in self.hyperparameter_names()}
+    def shortfall_hint(self, state: SamplerState) -> str:
+        """Why a run may keep fewer draws than planned, and what to change (samplers that collect only some
+        steps)."""
+        return ""
 
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"
-
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
+    # ------------------------------------------------------------------ #
+    # the kernel
+    # ------------------------------------------------------------------ #
+    def init(self, position: Sequence[Tensor], rng: ChainRandom | torch.Generator | int | None = None,
              n_chains: int | None = None) -> SamplerState:
-        """Start a chain at ``position`` (the tensors are used, not copied).
+        """Start the chains at ``position`` (the tensors are used, not copied).
 
         Parameters
         ----------
         position : sequence of Tensor
-            The parameters. With ``n_chains`` every tensor has a leading axis
-            of ``S = n_chains * members_per_chain()`` packed members, chain
-            major (member ``m`` of chain ``c`` at index ``c * members + m``).
-        generator : torch.Generator or None
-            Source of all randomness, on the position's device.
+            The parameters. With ``n_chains`` every tensor has a leading axis of
+            ``S = n_chains * members_per_chain()`` packed members, chain major (member ``m`` of chain ``c``
+            at index ``c * members + m``).
+        rng : ChainRandom, torch.Generator, int or None
+            The chains' random streams, or what to derive them from (see
+            :func:`~bayesnet.samplers.random.as_chain_random`).
         n_chains : int, optional
-            Number of independent chains on the leading axis; None for one
-            chain without a chain axis (samplers with several members per
-            chain then expect the leading axis of their members).
+            Number of independent chains on the leading axis; None for one chain without a chain axis
+            (samplers with several members per chain then expect the leading axis of their members).
 
         Raises
         ------
         ValueError
-            If a position tensor lacks the leading axis ``n_chains`` needs.
+            On invalid hyperparameters, or if a position tensor lacks the leading axis ``n_chains`` needs.
         """
+        self.validate()
+        position = list(position)
+        layout = ChainLayout(n_chains, self.members_per_chain())
+        self._check_chain_axis(position, layout)
+        return self._init(position, as_chain_random(rng, layout.chains, position[0].device), layout)
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> SamplerState:
         raise NotImplementedError
 
-    def _check_chain_axis(self, position: Sequence[Tensor], n_chains: int | None) -> int | None:
-        """Validate the leading axis; return the number of packed members S (None without a chain axis)."""
-        members = self.members_per_chain()
-        if n_chains is None and members == 1:
-            return None
-        size = (1 if n_chains is None else int(n_chains)) * members
+    def _check_chain_axis(self, position: Sequence[Tensor], layout: ChainLayout) -> None:
+        size = layout.n_members
+        if size is None:
+            return
         bad = [tuple(p.shape) for p in position if p.ndim == 0 or p.shape[0] != size]
         if bad:
             raise ValueError(
-                f"{self.name}: with n_chains={n_chains} and {members} member(s) per chain every position tensor "
-                f"needs a leading axis of {size}; got shapes {bad}.")
-        return size
+                f"{self.name}: with n_chains={layout.n_chains} and {layout.members_per_chain} member(s) per chain "
+                f"every position tensor needs a leading axis of {size}; got shapes {bad}.")
 
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
-        """Advance the chain by one transition on ``batch`` (in place)."""
+    def step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
+        """Advance the chains by one transition on ``batch`` (in place)."""
         raise NotImplementedError
+
+
+def state_fields(state: SamplerState) -> list[str]:
+    """Names of a state's fields (for tests and serialisation)."""
+    return [f.name for f in fields(state)]
 
 
 _REGISTRY: dict[str, type[Sampler]] = {}
 
 
 def register_sampler(cls: type[Sampler]) -> type[Sampler]:
-    """Class decorator that makes a sampler available under ``cls.name``."""
+    """Class decorator that makes a sampler available under ``cls.name``.
+
+    Raises
+    ------
+    ValueError
+        If ``cls.name`` is empty, or its ``stats`` lack the common ``potential`` field.
+    """
     if not cls.name:
         raise ValueError("a registered sampler needs a non-empty `name`")
+    if "potential" not in cls.stats:
+        raise ValueError(f"sampler {cls.name!r}: `stats` must declare the common 'potential' field.")
+    if not inspect.isclass(cls) or not issubclass(cls, Sampler):
+        raise TypeError("register_sampler takes a Sampler subclass.")
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def unregister_sampler(name: str) -> None:
+    """Remove a registered sampler (for tests that register their own)."""
+    _REGISTRY.pop(name, None)
 
 
 def available_samplers() -> list[str]:
@@ -333,19 +447,24 @@ def get_sampler_class(name: str) -> type[Sampler]:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown sampler {name!r}; valid names are {available_samplers()}."
-        ) from None
+        raise ValueError(f"unknown sampler {name!r}; valid names are {available_samplers()}.") from None
+
+
+def sampler_class(sampler: "str | Sampler | type[Sampler]") -> type[Sampler]:
+    """The class of a sampler given as a name, class or instance."""
+    if isinstance(sampler, Sampler):
+        return type(sampler)
+    if isinstance(sampler, type) and issubclass(sampler, Sampler):
+        return sampler
+    return get_sampler_class(sampler)
 
 
 def make_sampler(sampler: "str | Sampler | type[Sampler]", **params: Any) -> Sampler:
-    """Resolve ``sampler`` (a name, class or instance) into a configured instance.
+    """Resolve ``sampler`` (a name, class or instance) into a new, validated instance.
 
-    ``params`` override an instance's hyperparameters.
+    ``params`` override an instance's hyperparameters; the instance itself is not changed.
     """
+    cls = sampler_class(sampler)
     if isinstance(sampler, Sampler):
-        merged = {**sampler.get_params(), **params}
-        return type(sampler).from_params(**merged)
-    if isinstance(sampler, type) and issubclass(sampler, Sampler):
-        return sampler.from_params(**params)
-    return get_sampler_class(sampler).from_params(**params)
+        params = {**sampler.get_params(), **params}
+    return cls.from_params(**params)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, Sequence
 
+import numpy as np
 import torch
+from sklearn.utils._param_validation import Interval
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from ..plan import ChainLayout
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
 from .integrators import (
     baoab_step,
     chain_numel,
@@ -19,8 +24,34 @@ from .integrators import (
     position_step,
     squared_norm,
 )
+from .random import ChainRandom
 
-__all__ = ["EQN"]
+__all__ = ["EQN", "EQNState"]
+
+
+@dataclass(kw_only=True)
+class EQNState(MomentumState):
+    """:class:`MomentumState` of ``S = C L`` walkers, plus the preconditioner.
+
+    Attributes
+    ----------
+    grad : list of Tensor or None
+        ``grad U`` at the current positions (None before the first step).
+    snapshot : list of Tensor or None
+        The centred walker positions :math:`P` of the last update (None while :math:`B_i = I`).
+    coefficients : Tensor or None, shape (C, L, L, L)
+        :math:`M_i` with :math:`B_i = I + P^\\top M_i P`.
+    preconditioned_grad : list of Tensor or None
+        :math:`B_i \\nabla U` at the current positions.
+    preconditioner_scale : Tensor or None, shape (S,)
+        The largest eigenvalue of each walker's :math:`B_i`.
+    """
+
+    grad: list[Tensor] | None = None
+    snapshot: list[Tensor] | None = None
+    coefficients: Tensor | None = None
+    preconditioned_grad: list[Tensor] | None = None
+    preconditioner_scale: Tensor | None = None
 
 
 def _selection(n_walkers: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -148,8 +179,8 @@ class EQN(Sampler):
     Raises
     ------
     ValueError
-        On non-positive ``step_size``, ``friction`` or ``temperature``, a
-        negative ``covariance_blending``, or ``n_walkers`` /
+        From :meth:`validate`: on non-positive ``step_size``, ``friction`` or
+        ``temperature``, a negative ``covariance_blending``, or ``n_walkers`` /
         ``covariance_interval`` that are not integers >= 1; from
         :meth:`init`, on position tensors without the leading axis of
         ``n_chains * n_walkers`` members.
@@ -218,9 +249,16 @@ class EQN(Sampler):
     """
 
     name = "eqn"
-    _positive = ("step_size", "friction", "temperature")
-    _non_negative = ("covariance_blending",)
-    _integers = {"n_walkers": 1, "covariance_interval": 1}
+    stats = {**COMMON_STATS, **MOMENTUM_STATS, "preconditioner_scale": Stat("mean")}
+    state_class = EQNState
+    _parameter_constraints = {
+        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "friction": [Interval(Real, 0, np.inf, closed="neither")],
+        "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+        "n_walkers": [Interval(Integral, 1, None, closed="left")],
+        "covariance_blending": [Interval(Real, 0, np.inf, closed="left")],
+        "covariance_interval": [Interval(Integral, 1, None, closed="left")],
+    }
 
     def __init__(self, step_size: float = 0.01, friction: float = 1.0, temperature: float = 1.0,
                  n_walkers: int = 8, covariance_blending: float = 10.0, covariance_interval: int = 1000):
@@ -230,63 +268,40 @@ class EQN(Sampler):
         self.n_walkers = n_walkers
         self.covariance_blending = covariance_blending
         self.covariance_interval = covariance_interval
-        self._validate()
 
     def members_per_chain(self) -> int:
         """The ``n_walkers`` walkers of one chain."""
         return int(self.n_walkers)
 
-    def divergence_hint(self, state: SamplerState) -> str:
-        scale = state.extra.get("preconditioner_scale")
+    def target_temperature(self) -> float:
+        return float(self.temperature)
+
+    def divergence_hint(self, state: EQNState) -> str:
+        scale = state.preconditioner_scale
         now = f", largest stretch now {float(scale.max()):.3g}" if isinstance(scale, Tensor) else ""
         return (f"{super().divergence_hint(state)} or sampler__covariance_blending={self.covariance_blending:g} "
                 f"(the preconditioner stretches the step by up to sqrt(1 + eta * the walkers' variance){now})")
 
     # ------------------------------------------------------------------ #
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        """Start the walkers at ``position`` with momenta :math:`p \\sim \\mathcal N(0, T I)` and :math:`B_i = I`.
-
-        Parameters
-        ----------
-        position : sequence of Tensor
-            The parameters (used in place, not copied), each with a leading
-            axis of ``S = n_chains * n_walkers`` walkers (``n_walkers`` when
-            ``n_chains`` is None; no such axis needed when ``n_walkers == 1``
-            and ``n_chains`` is None).
-        generator : torch.Generator or None
-            Source of all randomness, on the position's device.
-        n_chains : int, optional
-            Number of independent ensembles on the leading axis.
-
-        Raises
-        ------
-        ValueError
-            If a position tensor lacks that leading axis.
-        """
-        position = list(position)
-        size = self._check_chain_axis(position, n_chains)
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator, size)
-        extra = {"flat_momentum": flat, "n_chains": n_chains, "members": size,
-                 "snapshot": None, "coefficients": None, "preconditioned_grad": None,
-                 "preconditioner_scale": None}
-        return SamplerState(position=position, momentum=momentum, extra=extra)
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> EQNState:
+        """Start the walkers with momenta :math:`p \\sim \\mathcal N(0, T I)` and :math:`B_i = I`."""
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), rng, layout)
+        return EQNState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat)
 
     # ------------------------------------------------------------------ #
     @torch.no_grad()
-    def update_preconditioner(self, state: SamplerState) -> None:
+    def update_preconditioner(self, state: EQNState) -> None:
         r"""Recompute every walker's :math:`B_i` (eq. 19) from the current positions.
 
         Stores the centred snapshot :math:`P` (list of tensors shaped like the
         positions), the coefficients :math:`M_i` (``(C, L, L, L)``) and the
-        largest eigenvalue of each :math:`B_i` (``(S,)``) in ``state.extra``.
+        largest eigenvalue of each :math:`B_i` (``(S,)``) in the state.
         :meth:`step` calls it every ``covariance_interval`` steps; a no-op
         with fewer than 3 walkers per chain or :math:`\eta = 0` (:math:`B = I`).
         """
-        ex = state.extra
-        S, L, eta = ex["members"], int(self.n_walkers), float(self.covariance_blending)
+        S, L, eta = state.layout.n_members, int(self.n_walkers), float(self.covariance_blending)
         if S is None or L < 3 or eta == 0.0:
-            ex["snapshot"] = ex["coefficients"] = ex["preconditioned_grad"] = ex["preconditioner_scale"] = None
+            state.snapshot = state.coefficients = state.preconditioned_grad = state.preconditioner_scale = None
             return
         C = S // L
         snapshot, gram = [], None
@@ -306,21 +321,20 @@ class EQN(Sampler):
         AV = torch.einsum("ikm,cimn->cikn", A, V)  # (C, L, L, L-1)
         M = torch.einsum("cikn,cin,ciln->cikl", AV, f, AV)  # (C, L, L, L): B_i = I + P^T M_i P
         dtype = state.position[0].dtype
-        ex["snapshot"] = snapshot
-        ex["coefficients"] = M.to(dtype)
-        ex["preconditioner_scale"] = torch.sqrt(1.0 + eta * s[..., -1]).reshape(S).to(dtype)
-        grad = ex.get("grad")
-        ex["preconditioned_grad"] = None if grad is None else self.apply_preconditioner(state, grad)
+        state.snapshot = snapshot
+        state.coefficients = M.to(dtype)
+        state.preconditioner_scale = torch.sqrt(1.0 + eta * s[..., -1]).reshape(S).to(dtype)
+        grad = state.grad
+        state.preconditioned_grad = None if grad is None else self.apply_preconditioner(state, grad)
 
     @torch.no_grad()
-    def apply_preconditioner(self, state: SamplerState, vectors: Sequence[Tensor]) -> list[Tensor]:
+    def apply_preconditioner(self, state: EQNState, vectors: Sequence[Tensor]) -> list[Tensor]:
         r"""Every walker's :math:`B_i v_i`, for ``vectors`` shaped like the positions.
 
         Returns new tensors (copies of ``vectors`` while :math:`B = I`). Costs
         :math:`O(L D)` per walker: :math:`B_i v = v + P^\top M_i (P v)`.
         """
-        ex = state.extra
-        snapshot, M = ex.get("snapshot"), ex.get("coefficients")
+        snapshot, M = state.snapshot, state.coefficients
         if snapshot is None:
             return [v.clone() for v in vectors]
         C, L = M.shape[0], M.shape[1]
@@ -333,38 +347,41 @@ class EQN(Sampler):
                 for s, v in zip(snapshot, vectors)]
 
     # ------------------------------------------------------------------ #
+    def reset_cache(self, state: EQNState) -> None:
+        """Drop the cached gradients: the next step re-evaluates them on its own batch."""
+        state.grad = state.preconditioned_grad = None
+
     @torch.no_grad()
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
-        eps, theta, p, ex = self.step_size, state.position, state.momentum, state.extra
+    def step(self, state: EQNState, potential: Potential, batch: Any) -> tuple[EQNState, StepInfo]:
+        eps, theta, p, flat = self.step_size, state.position, state.momentum, state.flat_momentum
+        rng, layout = state.rng, state.layout
         a, noise = exact_ou_coefficients(self.friction, eps, 1.0, self.temperature)  # unit mass
         if state.step > 0 and state.step % self.covariance_interval == 0:
             self.update_preconditioner(state)  # also refreshes B_i grad for the new B_i
-        grad = ex.get("grad")
+        grad = state.grad
         if grad is None:  # first step: the gradient at the starting point
             _, grad = potential.value_and_grad(batch)
-        if ex.get("snapshot") is None:  # B = I: exactly BAOAB
-            value, grad = baoab_step(theta, p, grad, eps, a, noise, potential, batch, generator)
+        if state.snapshot is None:  # B = I: exactly BAOAB
+            value, grad = baoab_step(theta, p, grad, eps, a, noise, potential, batch, rng, layout, flat)
         else:
-            pg = ex.get("preconditioned_grad")
+            pg = state.preconditioned_grad
             if pg is None:
                 pg = self.apply_preconditioner(state, grad)
             gradient_step(p, pg, eps / 2)  # (18a), B_i^T = B_i
             half = [m.clone() for m in p]
-            ornstein_uhlenbeck_step(p, a, noise, generator)  # (18c); div(B_i^T) = 0 for a frozen B_i
+            ornstein_uhlenbeck_step(p, a, noise, rng, layout, flat)  # (18c); div(B_i^T) = 0 for a frozen B_i
             torch._foreach_add_(half, p)
             position_step(theta, self.apply_preconditioner(state, half), eps / 2)  # (18b) + (18d)
             value, grad = potential.value_and_grad(batch)
             pg = self.apply_preconditioner(state, grad)
             gradient_step(p, pg, eps / 2)  # (18e)
-            ex["preconditioned_grad"] = pg
-        ex["grad"] = grad
+            state.preconditioned_grad = pg
+        state.grad = grad
         state.step += 1
-        kinetic = 0.5 * squared_norm(p, ex["flat_momentum"])
-        scale = ex.get("preconditioner_scale")
+        kinetic = 0.5 * squared_norm(p, flat)
+        scale = state.preconditioner_scale
         if scale is None:
             scale = torch.ones_like(kinetic)
         return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
-                               kinetic_temperature=2.0 * kinetic / chain_numel(p, ex["members"]),
+                               kinetic_temperature=2.0 * kinetic / chain_numel(p, layout),
                                extra={"preconditioner_scale": scale})

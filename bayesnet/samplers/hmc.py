@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Any
 
+import numpy as np
 import torch
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import chain_numel, gaussian_momentum, gradient_step, position_step, squared_norm
+from ..plan import ChainLayout
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
+from .integrators import chain_numel, gaussian_momentum, normal_flat, squared_norm
+from .random import ChainRandom
 
-__all__ = ["HMC"]
+__all__ = ["HMC", "HMCState"]
+
+
+@dataclass(kw_only=True)
+class HMCState(MomentumState):
+    """:class:`MomentumState` plus each chain's dual-averaging variables (shape ``(C,)``, ``()`` without a
+    chain axis) and its acceptance count."""
+
+    log_step: Tensor
+    log_step_bar: Tensor
+    h_bar: Tensor
+    mu: Tensor
+    accepted_total: Tensor
+    transitions: int = 0
+
+
+def _per_member(t: Tensor, like: Tensor) -> Tensor:
+    """Broadcast a per-chain tensor, shape () or (S,), against a position tensor (S, ...)."""
+    return t.reshape(t.shape + (1,) * (like.ndim - t.ndim))
 
 
 @register_sampler
@@ -33,14 +57,15 @@ class HMC(Sampler):
     test compares two noisy energies and is no longer exact (the estimators
     warn). As TATi does, the trajectory length and step size are randomised
     per transition to avoid periodic orbits: :math:`L` uniform on
-    ``[ceil(n_leapfrog/2), n_leapfrog + floor(n_leapfrog/2)]`` and :math:`h`
-    uniform within ``+-jitter`` of the current step size.
+    ``[ceil(n_leapfrog/2), n_leapfrog + floor(n_leapfrog/2)]`` (one draw shared
+    by the chains, from the shared stream) and :math:`h` uniform within
+    ``+-jitter`` of each chain's current step size (from the chain's stream).
 
-    During the first ``adaptation_steps`` transitions the step size is tuned
-    by dual averaging towards ``target_accept`` (Hoffman and Gelman 2014,
-    Alg. 5, with their defaults gamma=0.05, t0=10, kappa=0.75); afterwards it is
-    frozen at the averaged value, so the kept draws come from a fixed kernel.
-    The estimators set ``adaptation_steps = burn_in`` unless it is given.
+    During the first ``adaptation_steps`` transitions each chain tunes its own
+    step size by dual averaging towards ``target_accept`` (Hoffman and Gelman
+    2014, Alg. 5, with their defaults gamma=0.05, t0=10, kappa=0.75);
+    afterwards it is frozen at the averaged value, so the kept draws come from
+    a fixed kernel. ``"auto"`` adapts during the estimators' burn-in.
 
     Parameters
     ----------
@@ -54,13 +79,14 @@ class HMC(Sampler):
         :math:`T > 0`.
     target_accept : float, default=0.8
         Acceptance probability the adaptation aims at, in (0, 1).
-    adaptation_steps : int, default=0
-        Number of initial transitions with step-size adaptation.
+    adaptation_steps : int or "auto", default="auto"
+        Number of initial transitions with step-size adaptation; "auto" is
+        the run plan's ``burn_in`` (:meth:`configure`), and 0 without a plan.
 
     Raises
     ------
     ValueError
-        On out-of-range values.
+        From :meth:`validate`, on out-of-range values.
 
     Notes
     -----
@@ -68,10 +94,11 @@ class HMC(Sampler):
     ``step_size`` (the base step size of this transition), ``n_leapfrog`` and
     ``divergent`` (1 when the proposal's energy was not finite; it is then
     rejected), per chain with ``init(..., n_chains=C)``: the chains share the
-    trajectory length and step size but each has its own Metropolis test (the
-    adaptation tunes the shared step size on their mean acceptance). Each transition evaluates :math:`L + 1` gradients: the one at
-    the start is recomputed on the current batch so that the energies in the
-    test refer to the same batch.
+    trajectory length, and each has its own step size, adaptation and
+    Metropolis test, so a chain does not depend on the chains beside it. Each
+    transition evaluates :math:`L + 1` gradients: the one at the start is
+    recomputed on the current batch so that the energies in the test refer to
+    the same batch.
 
     References
     ----------
@@ -80,95 +107,109 @@ class HMC(Sampler):
     """
 
     name = "hmc"
-    exact_potential = True
-    _positive = ("step_size", "temperature")
-    _non_negative = ("jitter",)
-    _integers = {"n_leapfrog": 1, "adaptation_steps": 0}
+    full_batch = True
+    stats = {**COMMON_STATS, **MOMENTUM_STATS, "accept_prob": Stat("mean", "acceptance_rate"),
+             "accepted": Stat("mean"), "step_size": Stat("last"), "n_leapfrog": Stat("mean"),
+             "divergent": Stat("sum", "n_divergent")}
+    state_class = HMCState
+    _parameter_constraints = {
+        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
+        "jitter": [Interval(Real, 0, 1, closed="left")],
+        "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+        "target_accept": [Interval(Real, 0, 1, closed="neither")],
+        "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+    }
 
     def __init__(self, step_size: float = 0.01, n_leapfrog: int = 20, jitter: float = 0.1, temperature: float = 1.0,
-                 target_accept: float = 0.8, adaptation_steps: int = 0):
+                 target_accept: float = 0.8, adaptation_steps: int | str = "auto"):
         self.step_size = step_size
         self.n_leapfrog = n_leapfrog
         self.jitter = jitter
         self.temperature = temperature
         self.target_accept = target_accept
         self.adaptation_steps = adaptation_steps
-        self._validate()
-        if not 0 <= jitter < 1:
-            raise ValueError(f"hmc: jitter must be in [0, 1), got {jitter!r}.")
-        if not 0 < target_accept < 1:
-            raise ValueError(f"hmc: target_accept must be in (0, 1), got {target_accept!r}.")
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        position = list(position)
-        self._check_chain_axis(position, n_chains)
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), generator, n_chains)
-        log_h = math.log(self.step_size)
+    def configure(self, plan) -> "HMC":
+        super().configure(plan)
+        self.adaptation_steps_ = plan.burn_in if self.adaptation_steps == "auto" else int(self.adaptation_steps)
+        return self
+
+    @property
+    def n_adaptation_steps(self) -> int:
+        """Transitions with step-size adaptation: ``adaptation_steps``, resolved by :meth:`configure`."""
+        if self.adaptation_steps != "auto":
+            return int(self.adaptation_steps)
+        return int(getattr(self, "adaptation_steps_", 0))
+
+    def target_temperature(self) -> float:
+        return float(self.temperature)
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> HMCState:
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), rng, layout)
         first = position[0]
-        shape = () if n_chains is None else (n_chains,)
-        return SamplerState(position=position, momentum=momentum, extra={
-            "flat_momentum": flat, "log_step": log_h, "log_step_bar": log_h, "h_bar": 0.0,
-            "mu": math.log(10 * self.step_size), "n_chains": n_chains,
-            "accepted_total": torch.zeros(shape, dtype=first.dtype, device=first.device), "transitions": 0})
+        shape = () if layout.n_chains is None else (layout.chains,)
+        opts = dict(dtype=first.dtype, device=first.device)
+        log_h = torch.full(shape, math.log(self.step_size), **opts)
+        return HMCState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat,
+                        log_step=log_h, log_step_bar=log_h.clone(), h_bar=torch.zeros(shape, **opts),
+                        mu=torch.full(shape, math.log(10 * self.step_size), **opts),
+                        accepted_total=torch.zeros(shape, **opts))
 
-    def _uniform(self, generator, device) -> float:
-        return float(torch.rand((), generator=generator, device=device))
-
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
-        theta, p, ex = state.position, state.momentum, state.extra
-        flat = ex["flat_momentum"]
-        device = theta[0].device
-        adapting = state.step < self.adaptation_steps
-        base = math.exp(ex["log_step"] if adapting else ex["log_step_bar"])
-        h = base * (1.0 + self.jitter * (2.0 * self._uniform(generator, device) - 1.0))
+    def step(self, state: HMCState, potential: Potential, batch: Any) -> tuple[HMCState, StepInfo]:
+        theta, p, flat, rng, layout = state.position, state.momentum, state.flat_momentum, state.rng, state.layout
+        adapting = state.step < self.n_adaptation_steps
+        base = torch.exp(state.log_step if adapting else state.log_step_bar)  # (C,) or ()
+        jitter = rng.uniform(1, base.dtype).reshape(base.shape)
+        h = base * (1.0 + self.jitter * (2.0 * jitter - 1.0))
         lo, hi = math.ceil(self.n_leapfrog / 2), self.n_leapfrog + self.n_leapfrog // 2
-        n_steps = int(torch.randint(lo, hi + 1, (), generator=generator, device=device)) if hi > lo else lo
+        n_steps = int(rng.shared.integers(lo, hi + 1)) if hi > lo else lo
         # momentum refresh: p ~ N(0, T I), in the flat buffer the views share
-        fresh = torch.randn(flat.shape, generator=generator, device=device, dtype=flat.dtype)
-        flat.copy_(fresh).mul_(math.sqrt(self.temperature))
+        flat.copy_(normal_flat(rng, layout, flat.numel(), flat.dtype).view_as(flat)).mul_(math.sqrt(self.temperature))
         u0, grad = potential.value_and_grad(batch)
         start = [t.detach().clone() for t in theta]
         start_momentum = flat.clone()
         h0 = u0 + 0.5 * squared_norm(p, flat)  # one energy per chain with a chain axis
         u1 = u0
-        for _ in range(n_steps):
-            gradient_step(p, grad, h / 2)
-            position_step(theta, p, h)
-            u1, grad = potential.value_and_grad(batch)
-            gradient_step(p, grad, h / 2)
+        with torch.no_grad():
+            for _ in range(n_steps):
+                for m, g in zip(p, grad):
+                    m.addcmul_(g, _per_member(h, m), value=-0.5)
+                for t, m in zip(theta, p):
+                    t.addcmul_(m, _per_member(h, t))
+                u1, grad = potential.value_and_grad(batch)
+                for m, g in zip(p, grad):
+                    m.addcmul_(g, _per_member(h, m), value=-0.5)
         h1 = u1 + 0.5 * squared_norm(p, flat)
-        # Metropolis-Hastings test, separately for every chain (they share L and h)
+        # Metropolis-Hastings test, separately for every chain
         log_ratio = (-(h1 - h0) / self.temperature).to(flat.dtype)
         divergent = ~torch.isfinite(log_ratio)
         accept_prob = torch.where(divergent, torch.zeros_like(log_ratio), torch.exp(log_ratio.clamp(max=0.0)))
-        accepted = ~divergent & (torch.rand(log_ratio.shape, generator=generator, device=device,
-                                            dtype=flat.dtype) < accept_prob)
-        if not bool(accepted.all()):  # rejected chains go back to the start (with the refreshed momentum)
-            with torch.no_grad():
-                for t, s in zip(theta, start):
-                    t.copy_(torch.where(accepted.reshape(accepted.shape + (1,) * (t.ndim - accepted.ndim)), t, s))
-                flat.copy_(torch.where(accepted.unsqueeze(-1) if flat.ndim == 2 else accepted, flat, start_momentum))
+        uniform = rng.uniform(1, flat.dtype).reshape(log_ratio.shape)
+        accepted = ~divergent & (uniform < accept_prob)
+        with torch.no_grad():  # rejected chains go back to the start (with the refreshed momentum)
+            for t, s0 in zip(theta, start):
+                t.copy_(torch.where(_per_member(accepted, t), t, s0))
+            flat.copy_(torch.where(accepted.unsqueeze(-1) if flat.ndim == 2 else accepted, flat, start_momentum))
         u1 = torch.where(accepted, u1.reshape(accepted.shape), u0.reshape(accepted.shape))
-        if adapting:  # one step size for all chains, tuned on their mean acceptance probability
-            self._adapt(ex, float(accept_prob.mean()), state.step + 1)
+        if adapting:
+            self._adapt(state, accept_prob, state.step + 1)
         state.step += 1
-        ex["transitions"] += 1
-        ex["accepted_total"] = ex["accepted_total"] + accepted.to(flat.dtype)
+        state.transitions += 1
+        state.accepted_total = state.accepted_total + accepted.to(flat.dtype)
         kinetic = 0.5 * squared_norm(p, flat)
         return state, StepInfo(
             potential=u1.detach(), kinetic_energy=kinetic,
-            kinetic_temperature=2.0 * kinetic / chain_numel(p, ex.get("n_chains")),
+            kinetic_temperature=2.0 * kinetic / chain_numel(p, layout),
             extra={"accept_prob": accept_prob, "accepted": accepted.to(flat.dtype), "step_size": base,
                    "n_leapfrog": float(n_steps), "divergent": divergent.to(flat.dtype)},
         )
 
-    def _adapt(self, ex: dict, accept_prob: float, m: int) -> None:
+    def _adapt(self, state: HMCState, accept_prob: Tensor, m: int) -> None:
+        """One dual-averaging update of every chain's log step size (Hoffman and Gelman 2014, Alg. 5)."""
         gamma, t0, kappa = 0.05, 10.0, 0.75
         w = 1.0 / (m + t0)
-        ex["h_bar"] = (1.0 - w) * ex["h_bar"] + w * (self.target_accept - accept_prob)
-        ex["log_step"] = ex["mu"] - math.sqrt(m) / gamma * ex["h_bar"]
+        state.h_bar = (1.0 - w) * state.h_bar + w * (self.target_accept - accept_prob.to(state.h_bar.dtype))
+        state.log_step = state.mu - math.sqrt(m) / gamma * state.h_bar
         eta = m ** (-kappa)
-        ex["log_step_bar"] = eta * ex["log_step"] + (1.0 - eta) * ex["log_step_bar"]
+        state.log_step_bar = eta * state.log_step + (1.0 - eta) * state.log_step_bar

@@ -28,8 +28,12 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..plan import ChainLayout
+from .random import ChainRandom
+
 __all__ = [
     "gaussian_like",
+    "normal_flat",
     "gaussian_momentum",
     "position_step",
     "gradient_step",
@@ -48,65 +52,69 @@ def numel(tensors: Sequence[Tensor]) -> int:
     return sum(t.numel() for t in tensors)
 
 
-def chain_numel(tensors: Sequence[Tensor], n_chains: int | None) -> int:
-    """Parameters per chain: ``D`` without a chain axis, ``D / S`` with ``S`` packed members."""
-    return numel(tensors) // (n_chains or 1)
+def chain_numel(tensors: Sequence[Tensor], layout: ChainLayout) -> int:
+    """Parameters per member: ``D`` without a chain axis, ``D / S`` with ``S`` packed members."""
+    return numel(tensors) // (layout.n_members or 1)
 
 
-def gaussian_like(tensors: Sequence[Tensor], generator: torch.Generator | None) -> list[Tensor]:
-    """Standard normal noise shaped like ``tensors``, from one draw of ``generator``.
+def normal_flat(rng: ChainRandom, layout: ChainLayout, total: int, dtype: torch.dtype) -> Tensor:
+    """Standard normal noise for ``total`` numbers laid out like a flat buffer: ``(S, total / S)`` chain
+    major with a chain axis, ``(total,)`` without; row block ``c`` comes from chain ``c``'s stream."""
+    block = rng.normal(total // layout.chains, dtype)  # (C, total / C)
+    if layout.n_members is None:
+        return block.reshape(-1)
+    return block.reshape(layout.n_members, -1)
 
-    One ``randn`` call of the total size is split into views, which is cheaper
-    than one call per tensor and makes the stream independent of how the
-    parameters are grouped into tensors.
+
+def _split_like(flat: Tensor, tensors: Sequence[Tensor]) -> list[Tensor]:
+    """Views (or copies, where the layout forbids a view) of ``flat`` shaped like ``tensors``."""
+    if flat.ndim == 1:
+        return [c.view_as(t) for c, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+    sizes = [t[0].numel() for t in tensors]
+    return [c.reshape(t.shape) for c, t in zip(flat.split(sizes, dim=1), tensors)]
+
+
+def gaussian_like(tensors: Sequence[Tensor], rng: ChainRandom, layout: ChainLayout) -> list[Tensor]:
+    """Standard normal noise shaped like ``tensors``, each chain's part from its own stream.
 
     Parameters
     ----------
     tensors : sequence of Tensor
-        Templates for shape, dtype and device.
-    generator : torch.Generator or None
-        Source of randomness; must live on the tensors' device.
+        Templates for shape, dtype and device; with a chain axis each has a leading axis of ``S``.
+    rng : ChainRandom
+        The chains' streams (one per chain of ``layout``).
+    layout : ChainLayout
 
     Returns
     -------
     list of Tensor
-        ``xi_k ~ N(0, I)`` with ``xi_k.shape == tensors[k].shape``.
+        ``xi_k ~ N(0, I)`` with ``xi_k.shape == tensors[k].shape``. The draw does not depend on how the
+        parameters are grouped into tensors, nor on the other chains.
     """
-    first = tensors[0]
-    flat = torch.randn(numel(tensors), generator=generator, device=first.device, dtype=first.dtype)
-    return [chunk.view_as(t) for chunk, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+    return _split_like(normal_flat(rng, layout, numel(tensors), tensors[0].dtype), tensors)
 
 
-def gaussian_momentum(position: Sequence[Tensor], std: float, generator: torch.Generator | None,
-                      n_chains: int | None = None) -> tuple[list[Tensor], Tensor]:
+def gaussian_momentum(position: Sequence[Tensor], std: float, rng: ChainRandom,
+                      layout: ChainLayout) -> tuple[list[Tensor], Tensor]:
     """Momenta ``std * xi`` shaped like ``position``, as views of one flat buffer.
 
     Parameters
     ----------
     position : sequence of Tensor
-        Templates; with ``n_chains`` each has a leading axis of that size.
+        Templates; with a chain axis each has a leading axis of ``S``.
     std : float
-    generator : torch.Generator or None
-    n_chains : int, optional
-        Number of members ``S`` packed on the leading axis. The buffer is then
-        chain major, shape ``(S, D / S)``, so that per-chain reductions
-        (kinetic energies, thermostats) are one operation along its last axis.
+    rng : ChainRandom
+    layout : ChainLayout
 
     Returns
     -------
     momentum : list of Tensor
         One view per position tensor.
-    flat : Tensor, shape (D,) or (S, D / S)
-        The buffer the views share: in-place updates of ``momentum`` show in
-        it, so kinetic energies and refreshes take one operation.
+    flat : Tensor, shape (D,) or chain-major (S, D / S)
+        The buffer the views share: in-place updates of ``momentum`` show in it, so kinetic energies and
+        refreshes take one operation per chain.
     """
-    first = position[0]
-    if n_chains is None:
-        flat = torch.randn(numel(position), generator=generator, device=first.device, dtype=first.dtype)
-    else:
-        flat = torch.randn((n_chains, chain_numel(position, n_chains)), generator=generator, device=first.device,
-                           dtype=first.dtype)
-    flat.mul_(std)
+    flat = normal_flat(rng, layout, numel(position), position[0].dtype).clone().mul_(std)
     return momentum_views(flat, position), flat
 
 
@@ -146,16 +154,24 @@ def gradient_step(momentum: Sequence[Tensor], gradient: Sequence[Tensor], step_s
 
 
 @torch.no_grad()
-def add_noise(tensors: Sequence[Tensor], std: float, generator: torch.Generator | None) -> None:
-    """``x <- x + std * xi`` with ``xi ~ N(0, I)`` drawn from ``generator``."""
-    if std > 0.0:
-        torch._foreach_add_(list(tensors), gaussian_like(tensors, generator), alpha=std)
+def add_noise(tensors: Sequence[Tensor], std: float, rng: ChainRandom, layout: ChainLayout,
+              flat: Tensor | None = None) -> None:
+    """``x <- x + std * xi`` with ``xi ~ N(0, I)`` from the chains' streams.
+
+    ``flat``, when given, is the buffer whose views are ``tensors`` (:func:`gaussian_momentum`): the noise
+    is then added in one operation.
+    """
+    if std <= 0.0:
+        return
+    if flat is not None:
+        flat.add_(normal_flat(rng, layout, flat.numel(), flat.dtype).view_as(flat), alpha=std)
+    else:
+        torch._foreach_add_(list(tensors), gaussian_like(tensors, rng, layout), alpha=std)
 
 
 @torch.no_grad()
-def ornstein_uhlenbeck_step(
-    momentum: Sequence[Tensor], decay: float, noise_std: float, generator: torch.Generator | None
-) -> None:
+def ornstein_uhlenbeck_step(momentum: Sequence[Tensor], decay: float, noise_std: float, rng: ChainRandom,
+                            layout: ChainLayout, flat: Tensor | None = None) -> None:
     """O step: ``r <- decay * r + noise_std * xi`` (paper 004, eqs. 11-13, ``O_eps``).
 
     For the exact Ornstein-Uhlenbeck flow over a time ``h`` with friction
@@ -164,9 +180,14 @@ def ornstein_uhlenbeck_step(
     friction (Chen et al. 2014, eq. 15) uses ``decay = 1 - alpha`` and
     ``noise_std = sqrt(2 * (alpha - beta_hat) * eta * T)``.
     """
+    if flat is not None:
+        if decay != 1.0:
+            flat.mul_(decay)
+        add_noise(momentum, noise_std, rng, layout, flat)
+        return
     if decay != 1.0:
         torch._foreach_mul_(list(momentum), decay)
-    add_noise(momentum, noise_std, generator)
+    add_noise(momentum, noise_std, rng, layout)
 
 
 @torch.no_grad()
@@ -185,7 +206,7 @@ def squared_norm(tensors: Sequence[Tensor], flat: Tensor | None = None) -> Tenso
 
 def baoab_step(position: Sequence[Tensor], momentum: Sequence[Tensor], gradient: Sequence[Tensor],
                step_size: float, decay: float, noise_std: float, potential, batch,
-               generator: torch.Generator | None) -> tuple[Tensor, list[Tensor]]:
+               rng: ChainRandom, layout: ChainLayout, flat: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
     """One BAOAB step ``B/2 A/2 O A/2 B/2`` in place, unit mass (paper 004 eq. 13, Leimkuhler-Matthews).
 
     Parameters
@@ -201,7 +222,10 @@ def baoab_step(position: Sequence[Tensor], momentum: Sequence[Tensor], gradient:
     potential : Potential
         Evaluated once, at the new position.
     batch : any
-    generator : torch.Generator or None
+    rng : ChainRandom
+    layout : ChainLayout
+    flat : Tensor, optional
+        The momenta's flat buffer (one noise operation instead of one per tensor).
 
     Returns
     -------
@@ -210,7 +234,7 @@ def baoab_step(position: Sequence[Tensor], momentum: Sequence[Tensor], gradient:
     """
     gradient_step(momentum, gradient, step_size / 2)
     position_step(position, momentum, step_size / 2)
-    ornstein_uhlenbeck_step(momentum, decay, noise_std, generator)
+    ornstein_uhlenbeck_step(momentum, decay, noise_std, rng, layout, flat)
     position_step(position, momentum, step_size / 2)
     value, gradient = potential.value_and_grad(batch)
     gradient_step(momentum, gradient, step_size / 2)

@@ -3,16 +3,65 @@
 from __future__ import annotations
 
 import math
-from numbers import Real
-from typing import Any, Sequence
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Any
 
+import numpy as np
 import torch
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, is_integer, register_sampler
+from ..plan import ChainLayout
+from .base import COMMON_STATS, Potential, Sampler, SamplerState, Stat, StepInfo, register_sampler
 from .integrators import gaussian_like
+from .random import ChainRandom
 
-__all__ = ["PTLangevin", "geometric_ladder", "swap_log_acceptance"]
+__all__ = ["PTLangevin", "PTLangevinState", "geometric_ladder", "swap_log_acceptance"]
+
+
+@dataclass(kw_only=True)
+class PTLangevinState(SamplerState):
+    """:class:`SamplerState` of a tempering ensemble, ``S = C R`` members (replicas) on the leading axis.
+
+    Attributes
+    ----------
+    beta : Tensor, shape (R,)
+        The ladder's inverse temperatures.
+    cold : Tensor of bool, shape (S,)
+        Replica 0 (temperature 1) of every chain.
+    value : Tensor, shape (S,), or None
+        ``U`` at the current positions, once evaluated.
+    grad : list of Tensor, each (S, n_k), or None
+        ``grad U`` at the current positions, valid where ``grad_valid``.
+    grad_valid : Tensor of bool, shape (S,)
+    mh_attempts, mh_accepts : Tensor of int64, shape (C, R)
+        Metropolis-Hastings counts per ladder slot.
+    swap_attempts, swap_accepts : Tensor of int64, shape (C, R - 1)
+        Exchange counts per neighbouring pair.
+    swap_events : int
+    log_step : Tensor, shape (S,)
+        Each ladder slot's log proposal sd (adapted during the warm-up, then frozen).
+    batched : bool
+        Whether the positions carry the member axis (False only for one replica without ``n_chains``).
+    """
+
+    beta: Tensor
+    cold: Tensor
+    grad_valid: Tensor
+    mh_attempts: Tensor
+    mh_accepts: Tensor
+    swap_attempts: Tensor
+    swap_accepts: Tensor
+    log_step: Tensor
+    batched: bool
+    value: Tensor | None = None
+    grad: list[Tensor] | None = None
+    swap_events: int = 0
+
+    @property
+    def n_members(self) -> int:
+        return self.cold.numel()
 
 
 def geometric_ladder(n_replicas: int, max_temperature: float) -> list[float]:
@@ -136,17 +185,18 @@ class PTLangevin(Sampler):
         Fraction in [0, 1] of ``n_steps`` run on the ladder (paper Sec. 4.1:
         60 %): steps ``1..round(tempering_fraction * n_steps)``. 0 runs every
         replica at :math:`T = 1` from the start, 1 tempers throughout.
-    n_steps : int or None, default=None
-        Planned length of the run, in steps; the estimators set it. None:
-        the tempering phase never ends (only replica 0 is ever a draw).
-    adaptation_steps : int, default=0
+    n_steps : int, "auto" or None, default="auto"
+        Planned length of the run, in steps; "auto" takes it from the run
+        plan (:meth:`configure`). None, or "auto" without a plan: the
+        tempering phase never ends (only replica 0 is ever a draw).
+    adaptation_steps : int or "auto", default="auto"
         Steps ``1..adaptation_steps`` tune the proposal noise of every ladder
         slot of every chain separately (Robbins-Monro on
         :math:`\log\sigma_m`, gain :math:`k^{-0.6}`) towards
         ``target_accept``; afterwards the step sizes are frozen, so the kept
         draws come from a fixed kernel. 0 keeps the paper's single
-        ``step_size`` for every replica. The estimators set it to their
-        ``burn_in`` (as for ``hmc``) unless it is given: the paper's 0.025 is
+        ``step_size`` for every replica. "auto" is the run plan's ``burn_in``
+        (:meth:`configure`; 0 without a plan): the paper's 0.025 is
         far from the posterior's scale on some data sets (Henon, Iris in
         ``benchmarks/pt_langevin_paper.py``), and hot replicas want larger
         steps than cold ones. In the second phase every replica uses its
@@ -158,7 +208,7 @@ class PTLangevin(Sampler):
     Raises
     ------
     ValueError
-        On out-of-range values: non-integer or < 1 ``n_replicas``,
+        From :meth:`validate`, on out-of-range values: non-integer or < 1 ``n_replicas``,
         ``swap_interval`` or ``n_steps``; ``max_temperature < 1``;
         ``langevin_prob`` or ``tempering_fraction`` outside [0, 1];
         ``step_size <= 0``; ``langevin_step_size`` neither "auto" nor > 0;
@@ -201,7 +251,7 @@ class PTLangevin(Sampler):
       not tempered; the reference code divides it by the temperature. The
       temperature enters through the drift :math:`r\beta_m\nabla U`, the
       gradient of the replica's own target.
-    * All replicas draw from one generator (independent streams); the
+    * Each chain's replicas draw from that chain's own stream (independent streams); the
       reference code's processes share one random stream.
     * The drift descends :math:`U` (eq. 10 prints ":math:`+ r\nabla E`" of
       the squared error :math:`E`; descent is what is meant), and the whole
@@ -226,15 +276,27 @@ class PTLangevin(Sampler):
     """
 
     name = "pt-langevin"
-    exact_potential = True  # the Metropolis-Hastings tests are exact only on the full-data potential
-    _positive = ("step_size", "max_temperature")
-    _non_negative = ("langevin_prob", "tempering_fraction")
-    _integers = {"n_replicas": 1, "swap_interval": 1, "adaptation_steps": 0}
+    full_batch = True  # the Metropolis-Hastings tests are exact only on the full-data potential
+    stats = {**COMMON_STATS, "accepted": Stat("mean"), "accept_prob": Stat("mean", "acceptance_rate"),
+             "langevin": Stat("mean"), "temperature": Stat("mean"), "divergent": Stat("sum", "n_divergent")}
+    state_class = PTLangevinState
+    _parameter_constraints = {
+        "n_replicas": [Interval(Integral, 1, None, closed="left")],
+        "max_temperature": [Interval(Real, 1, np.inf, closed="left")],
+        "swap_interval": [Interval(Integral, 1, None, closed="left")],
+        "langevin_prob": [Interval(Real, 0, 1, closed="both")],
+        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "langevin_step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
+        "tempering_fraction": [Interval(Real, 0, 1, closed="both")],
+        "n_steps": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
+        "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        "target_accept": [Interval(Real, 0, 1, closed="neither")],
+    }
 
     def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
                  langevin_prob: float = 0.5, step_size: float = 0.025, langevin_step_size: float | str = "auto",
-                 tempering_fraction: float = 0.6, n_steps: int | None = None, adaptation_steps: int = 0,
-                 target_accept: float = 0.25):
+                 tempering_fraction: float = 0.6, n_steps: int | str | None = "auto",
+                 adaptation_steps: int | str = "auto", target_accept: float = 0.25):
         self.n_replicas = n_replicas
         self.max_temperature = max_temperature
         self.swap_interval = swap_interval
@@ -245,24 +307,27 @@ class PTLangevin(Sampler):
         self.n_steps = n_steps
         self.adaptation_steps = adaptation_steps
         self.target_accept = target_accept
-        self._validate()
 
-    def _validate(self) -> None:
-        ta = self.target_accept
-        if isinstance(ta, bool) or not isinstance(ta, (int, float)) or not 0 < ta < 1:
-            raise ValueError(f"{self.name}: target_accept must be in (0, 1), got {ta!r}.")
-        super()._validate()
-        if self.n_steps is not None and not is_integer(self.n_steps, 1):
-            raise ValueError(f"{self.name}: n_steps must be None or an integer >= 1, got {self.n_steps!r}.")
-        if self.max_temperature < 1:
-            raise ValueError(f"{self.name}: max_temperature must be >= 1 (the ladder starts at T = 1), "
-                             f"got {self.max_temperature!r}.")
-        for key in ("langevin_prob", "tempering_fraction"):
-            if getattr(self, key) > 1:
-                raise ValueError(f"{self.name}: {key} must be in [0, 1], got {getattr(self, key)!r}.")
-        r = self.langevin_step_size
-        if r != "auto" and (isinstance(r, bool) or not isinstance(r, Real) or not math.isfinite(r) or r <= 0):
-            raise ValueError(f"{self.name}: langevin_step_size must be 'auto' or a number > 0, got {r!r}.")
+    def configure(self, plan) -> "PTLangevin":
+        """Resolve ``n_steps="auto"`` to the plan's total steps and ``adaptation_steps="auto"`` to its burn-in."""
+        super().configure(plan)
+        self.n_steps_ = plan.total_steps if self.n_steps == "auto" else self.n_steps
+        self.adaptation_steps_ = plan.burn_in if self.adaptation_steps == "auto" else int(self.adaptation_steps)
+        return self
+
+    @property
+    def planned_steps(self) -> int | None:
+        """``n_steps`` as resolved (None: the tempering phase never ends)."""
+        if self.n_steps != "auto":
+            return self.n_steps
+        return getattr(self, "n_steps_", None)
+
+    @property
+    def n_adaptation_steps(self) -> int:
+        """``adaptation_steps`` as resolved (0 without a plan)."""
+        if self.adaptation_steps != "auto":
+            return int(self.adaptation_steps)
+        return int(getattr(self, "adaptation_steps_", 0))
 
     # ------------------------------------------------------------------ #
     @property
@@ -274,6 +339,9 @@ class PTLangevin(Sampler):
         """The ``n_replicas`` replicas that make up one chain."""
         return int(self.n_replicas)
 
+    def temperature_range(self) -> tuple[float, float]:
+        return 1.0, float(self.max_temperature)
+
     def resolve_langevin_step_size(self) -> float:
         """:math:`r`: ``langevin_step_size``, or :math:`\\sigma^2/2` for "auto"."""
         if self.langevin_step_size == "auto":
@@ -282,126 +350,104 @@ class PTLangevin(Sampler):
 
     def tempering_steps(self) -> int | None:
         """Number of steps run on the ladder, ``round(tempering_fraction * n_steps)``; None if unbounded."""
-        if self.n_steps is None:
+        n_steps = self.planned_steps
+        if n_steps is None:
             return None
-        return int(round(self.tempering_fraction * self.n_steps))
+        return int(round(self.tempering_fraction * n_steps))
 
-    def in_tempering_phase(self, state: SamplerState) -> bool:
+    def in_tempering_phase(self, state: PTLangevinState) -> bool:
         """Whether the *next* step of ``state`` runs on the ladder (else every replica is at T = 1)."""
         limit = self.tempering_steps()
         return limit is None or state.step < limit
 
-    def divergence_hint(self, state: SamplerState) -> str:
+    def divergence_hint(self, state: PTLangevinState) -> str:
         return (f"sampler__step_size={self.step_size:g} (the proposal noise sd) or sampler__langevin_step_size "
                 f"(now r={self.resolve_langevin_step_size():g}), the gradient drift of the Langevin proposals")
 
     # ------------------------------------------------------------------ #
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        """Start the replicas at ``position`` (used in place, not copied).
-
-        Parameters
-        ----------
-        position : sequence of Tensor
-            The parameters, each with a leading axis of ``S = n_chains * n_replicas`` members, chain major
-            (``n_replicas`` without ``n_chains``; no leading axis for ``n_replicas = 1`` without ``n_chains``).
-        generator : torch.Generator or None
-            Unused here (the start is deterministic); the steps draw from theirs.
-        n_chains : int, optional
-            Number of independent chains; None for one.
-
-        Raises
-        ------
-        ValueError
-            If a position tensor lacks the leading axis.
-        """
-        position = list(position)
-        size = self._check_chain_axis(position, n_chains)
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> PTLangevinState:
+        """Start the replicas at ``position`` (used in place, not copied): see :meth:`Sampler.init`."""
         R = int(self.n_replicas)
-        S = R if size is None else size
+        S = layout.n_members or R
         C = S // R
         first = position[0]
         opts = dict(dtype=first.dtype, device=first.device)
         beta = 1.0 / torch.tensor(geometric_ladder(R, self.max_temperature), dtype=torch.float64)
         cold = torch.zeros(R, dtype=torch.bool, device=first.device)
         cold[0] = True
-        extra = {
-            "n_chains": n_chains,
-            "n_replicas": R,
-            "n_members": S,
-            "batched": size is not None,
-            "beta": beta.to(**opts),  # (R,) ladder inverse temperatures
-            "cold": cold.repeat(C),  # (S,) replica 0 of each chain
-            "value": None,  # (S,) U at the current positions, once evaluated
-            "grad": None,  # list of (S, n_k) gradients at the current positions, once evaluated
-            "grad_valid": torch.zeros(S, dtype=torch.bool, device=first.device),
-            "mh_attempts": torch.zeros(C, R, dtype=torch.int64, device=first.device),
-            "mh_accepts": torch.zeros(C, R, dtype=torch.int64, device=first.device),
-            "swap_attempts": torch.zeros(C, max(R - 1, 0), dtype=torch.int64, device=first.device),
-            "swap_accepts": torch.zeros(C, max(R - 1, 0), dtype=torch.int64, device=first.device),
-            "swap_events": 0,
-            "log_step": torch.full((S,), math.log(float(self.step_size)), **opts),  # per ladder slot, adapted
-        }
-        return SamplerState(position=position, extra=extra)
+        counts = dict(dtype=torch.int64, device=first.device)
+        return PTLangevinState(
+            position=position, layout=layout, rng=rng, beta=beta.to(**opts), cold=cold.repeat(C),
+            grad_valid=torch.zeros(S, dtype=torch.bool, device=first.device),
+            mh_attempts=torch.zeros(C, R, **counts), mh_accepts=torch.zeros(C, R, **counts),
+            swap_attempts=torch.zeros(C, max(R - 1, 0), **counts), swap_accepts=torch.zeros(C, max(R - 1, 0), **counts),
+            log_step=torch.full((S,), math.log(float(self.step_size)), **opts), batched=layout.has_axis)
 
-    def _members(self, state: SamplerState) -> list[Tensor]:
+    def _members(self, state: PTLangevinState) -> list[Tensor]:
         """Views ``(S, n_k)`` of the position tensors (in-place updates show in the positions)."""
-        S = state.extra["n_members"]
+        S = state.n_members
         return [p.view(S, -1) for p in state.position]
 
-    def _check_state(self, state: SamplerState) -> None:
-        if state.extra["n_replicas"] != self.n_replicas:
-            raise ValueError(f"{self.name}: the state was started with {state.extra['n_replicas']} replicas per "
-                             f"chain, the sampler now has n_replicas={self.n_replicas}.")
+    def _per_chain_uniform(self, state: PTLangevinState, per_chain: int, dtype) -> Tensor:
+        """``per_chain`` uniforms from every chain's stream, shape ``(C * per_chain,)`` chain major."""
+        return state.rng.uniform(per_chain, dtype).reshape(-1)
+
+    def _check_state(self, state: PTLangevinState) -> None:
+        if state.layout.members_per_chain != self.n_replicas:
+            raise ValueError(f"{self.name}: the state was started with {state.layout.members_per_chain} replicas "
+                             f"per chain, the sampler now has n_replicas={self.n_replicas}.")
 
     # ------------------------------------------------------------------ #
     @torch.no_grad()
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
+    def step(self, state: PTLangevinState, potential: Potential, batch: Any) -> tuple[PTLangevinState, StepInfo]:
         """One Metropolis-Hastings step of every replica, then a swap event every ``swap_interval`` steps.
 
         Returns
         -------
-        state : SamplerState
+        state : PTLangevinState
             Advanced in place.
         info : StepInfo
             ``potential`` (S,): U at each member's position after the step (and swap);
             ``is_draw`` (S,) bool: the members at temperature 1 on this step.
         """
         self._check_state(state)
-        ex = state.extra
-        S, R = ex["n_members"], ex["n_replicas"]
+        R = int(self.n_replicas)
+        S = state.n_members
         C = S // R
         theta = self._members(state)
         device, dtype = theta[0].device, theta[0].dtype
         tempering = self.in_tempering_phase(state)
-        beta = ex["beta"].repeat(C) if tempering else torch.ones(S, dtype=dtype, device=device)
-        if "log_step" not in ex or self.adaptation_steps == 0:  # the paper's one step size (also on old states)
-            ex["log_step"] = torch.full((S,), math.log(float(self.step_size)), dtype=dtype, device=device)
-        log_step = ex["log_step"] if tempering else ex["log_step"].view(C, R)[:, :1].expand(C, R).reshape(S)
+        beta = state.beta.repeat(C) if tempering else torch.ones(S, dtype=dtype, device=device)
+        if self.n_adaptation_steps == 0:  # the paper's one step size
+            state.log_step = torch.full((S,), math.log(float(self.step_size)), dtype=dtype, device=device)
+        log_step = state.log_step if tempering else state.log_step.view(C, R)[:, :1].expand(C, R).reshape(S)
         sigma = log_step.exp().unsqueeze(1)  # (S, 1): each slot's proposal noise sd
         r = sigma * sigma / 2 if self.langevin_step_size == "auto" else \
             torch.full_like(sigma, float(self.langevin_step_size))
 
-        # Step 1.1: the kind of proposal of each replica; the gradient at the current position if one needs it
+        # Step 1.1: the kind of proposal of each replica; the gradient at the current position where one needs it
         p_lg = float(self.langevin_prob)
-        langevin = torch.rand(S, generator=generator, device=device) < p_lg
+        langevin = self._per_chain_uniform(state, R, dtype) < p_lg
         any_langevin = any_stale = False
+        stale = langevin & ~state.grad_valid
         if p_lg > 0:
-            any_langevin, any_stale = torch.stack(
-                [langevin.any(), (langevin & ~ex["grad_valid"]).any()]).tolist()  # the one host sync
-        if any_stale:
+            any_langevin, any_stale = torch.stack([langevin.any(), stale.any()]).tolist()  # the one host sync
+        if any_stale:  # (re)compute where stale only: a member's cache never depends on the others'
             u, g = potential.value_and_grad(batch)
-            ex["value"] = u.detach().reshape(S).to(dtype)
-            ex["grad"] = [gk.detach().reshape(S, -1).to(dtype) for gk in g]
-            ex["grad_valid"] = torch.ones(S, dtype=torch.bool, device=device)
-        elif ex["value"] is None:
-            ex["value"] = potential.value(batch).detach().reshape(S).to(dtype)
-        u_old, g_old = ex["value"], ex["grad"]
+            u = u.detach().reshape(S).to(dtype)
+            g = [gk.detach().reshape(S, -1).to(dtype) for gk in g]
+            state.value = u if state.value is None else torch.where(stale, u, state.value)
+            if state.grad is None:
+                state.grad = g
+            else:
+                state.grad = [torch.where(stale.unsqueeze(1), gn, go) for gn, go in zip(g, state.grad)]
+            state.grad_valid = state.grad_valid | stale
+        elif state.value is None:
+            state.value = potential.value(batch).detach().reshape(S).to(dtype)
+        u_old, g_old = state.value, state.grad
 
         start = [t.clone() for t in theta]
-        noise = gaussian_like(theta, generator)
+        noise = gaussian_like(theta, state.rng, state.layout if state.batched else ChainLayout(1, R))
         drift = torch.where(langevin.unsqueeze(1), r * beta.unsqueeze(1), torch.zeros_like(r))  # (S, 1): r beta_m or 0
         for t, n, k in zip(theta, noise, range(len(theta))):
             if any_langevin:
@@ -423,42 +469,40 @@ class PTLangevin(Sampler):
         log_alpha = torch.where(finite, log_alpha, torch.full_like(log_alpha, -math.inf))
 
         # Step 1.3: accept or restore
-        log_u = torch.log(torch.rand(S, generator=generator, device=device, dtype=dtype))
+        log_u = torch.log(self._per_chain_uniform(state, R, dtype))
         accept = log_u < log_alpha
         keep = accept.unsqueeze(1)
         for t, s in zip(theta, start):
             t.copy_(torch.where(keep, t, s))
-        ex["value"] = torch.where(accept, u_new, u_old)
+        state.value = torch.where(accept, u_new, u_old)
         if g_new is not None:
             if g_old is None:
                 g_old = [torch.zeros_like(t) for t in theta]
-            ex["grad"] = [torch.where(keep, gn, go) for gn, go in zip(g_new, g_old)]
-            ex["grad_valid"] = ex["grad_valid"] | accept
+            state.grad = [torch.where(keep, gn, go) for gn, go in zip(g_new, g_old)]
+            state.grad_valid = state.grad_valid | accept
         else:
-            ex["grad_valid"] = ex["grad_valid"] & ~accept
-        ex["mh_attempts"] += 1
-        ex["mh_accepts"] += accept.view(C, R)
+            state.grad_valid = state.grad_valid & ~accept
+        state.mh_attempts += 1
+        state.mh_accepts += accept.view(C, R)
         state.step += 1
-        if state.step <= self.adaptation_steps:  # Robbins-Monro on each slot's log step size
+        if state.step <= self.n_adaptation_steps:  # Robbins-Monro on each slot's log step size
             gain = state.step ** -0.6
-            ex["log_step"] = ex["log_step"] + gain * (log_alpha.clamp(max=0.0).exp() - self.target_accept)
+            state.log_step = state.log_step + gain * (log_alpha.clamp(max=0.0).exp() - self.target_accept)
 
         # Step 2: replica exchange on the ladder
         extra = {}
         if tempering and R > 1 and state.step % self.swap_interval == 0:
-            extra["swap_accept"] = self._swap(state, generator)
-
-        fdt = dtype
+            self._swap(state)
         extra.update({
-            "accepted": accept.to(fdt),
+            "accepted": accept.to(dtype),
             "accept_prob": log_alpha.clamp(max=0.0).exp(),
-            "langevin": langevin.to(fdt),
+            "langevin": langevin.to(dtype),
             "temperature": 1.0 / beta,
-            "divergent": (~torch.isfinite(u_new)).to(fdt),
+            "divergent": (~torch.isfinite(u_new)).to(dtype),
         })
-        is_draw = ex["cold"].clone() if tempering else torch.ones(S, dtype=torch.bool, device=device)
-        value = ex["value"].clone()
-        if not ex["batched"]:  # one replica, no chain axis
+        is_draw = state.cold.clone() if tempering else torch.ones(S, dtype=torch.bool, device=device)
+        value = state.value.clone()
+        if not state.batched:  # one replica, no chain axis
             return state, StepInfo(potential=value.reshape(()), is_draw=True,
                                    extra={k: v.reshape(()) for k, v in extra.items()})
         return state, StepInfo(potential=value, is_draw=is_draw, extra=extra)
@@ -476,21 +520,22 @@ class PTLangevin(Sampler):
         backward = sum((s - p + drift * g).square().sum(1) for s, p, g in zip(start, proposal, grad_new))
         return forward - backward / (2.0 * sigma * sigma).squeeze(1)
 
-    def _swap(self, state: SamplerState, generator: torch.Generator | None) -> Tensor:
-        """One swap event (Algorithm 1 Step 2) on the even or odd neighbour pairs; returns the accepted fraction."""
-        ex = state.extra
-        S, R = ex["n_members"], ex["n_replicas"]
+    def _swap(self, state: PTLangevinState) -> Tensor:
+        """One swap event (Algorithm 1 Step 2) on the even or odd neighbour pairs; returns the accepted fraction
+        per chain, shape ``(C,)``."""
+        R = int(self.n_replicas)
+        S = state.n_members
         C = S // R
         theta = self._members(state)
         device, dtype = theta[0].device, theta[0].dtype
-        parity = ex["swap_events"] % 2 if R > 2 else 0
-        ex["swap_events"] += 1
+        parity = state.swap_events % 2 if R > 2 else 0
+        state.swap_events += 1
         lower = torch.arange(parity, R - 1, 2, device=device)  # (P,) first replica of each pair
         upper = lower + 1
-        beta = ex["beta"]
-        u = ex["value"].view(C, R)
+        beta = state.beta
+        u = state.value.view(C, R)
         log_a = swap_log_acceptance(beta[lower], beta[upper], u[:, lower], u[:, upper])  # (C, P)
-        log_v = torch.log(torch.rand(log_a.shape, generator=generator, device=device, dtype=dtype))
+        log_v = torch.log(state.rng.uniform(len(lower), dtype))  # (C, P), each chain from its own stream
         accept = log_v < log_a
         perm = torch.arange(R, device=device).repeat(C, 1)  # (C, R): new slot m takes old member perm[c, m]
         perm[:, lower] = torch.where(accept, upper, lower)
@@ -498,30 +543,29 @@ class PTLangevin(Sampler):
         index = (perm + R * torch.arange(C, device=device).unsqueeze(1)).reshape(S)
         for t in theta:
             t.copy_(t[index])
-        ex["value"] = ex["value"][index]
-        if ex["grad"] is not None:
-            ex["grad"] = [g[index] for g in ex["grad"]]
-        ex["grad_valid"] = ex["grad_valid"][index]
-        ex["swap_attempts"][:, lower] += 1
-        ex["swap_accepts"][:, lower] += accept
-        return accept.to(dtype).mean()
+        state.value = state.value[index]
+        if state.grad is not None:
+            state.grad = [g[index] for g in state.grad]
+        state.grad_valid = state.grad_valid[index]
+        state.swap_attempts[:, lower] += 1
+        state.swap_accepts[:, lower] += accept
+        return accept.to(dtype).mean(1)
 
-    def reset_cache(self, state: SamplerState) -> None:
+    def reset_cache(self, state: PTLangevinState) -> None:
         """Drop the cached potentials and gradients: the next step re-evaluates them on its own batch (so a
-        ``partial_fit`` on new data compares potentials of the same data)."""
-        state.extra["value"] = None
-        state.extra["grad_valid"] = torch.zeros_like(state.extra["grad_valid"])
+        fit continued on new data compares potentials of the same data)."""
+        state.value = None
+        state.grad_valid = torch.zeros_like(state.grad_valid)
 
-    def state_summary(self, state: SamplerState) -> dict:
+    def state_summary(self, state: PTLangevinState) -> dict:
         """Run-level rates for the estimators' ``diagnostics_``: ``replica_acceptance_rates`` (per ladder slot)
-        and ``pair_swap_rates`` (per neighbouring pair), ``replica_step_sizes`` (the proposal sd of each slot), lists
-        averaged over the chains; ``swap_rate``, their
-        overall mean (NaN before any swap); ``in_tempering_phase``."""
+        and ``pair_swap_rates`` (per neighbouring pair), ``replica_step_sizes`` (the proposal sd of each slot),
+        lists averaged over the chains; ``swap_rate``, their overall mean (NaN before any swap);
+        ``in_tempering_phase``."""
         acc = self.acceptance_rates(state).nanmean(0)
         swap = self.swap_rates(state)
-        R = state.extra["n_replicas"]
-        steps = state.extra.get("log_step")
-        steps = [float(self.step_size)] * R if steps is None else steps.exp().view(-1, R).mean(0).tolist()
+        R = int(self.n_replicas)
+        steps = state.log_step.exp().view(-1, R).mean(0).tolist()
         return {"replica_acceptance_rates": acc.tolist(), "pair_swap_rates": swap.nanmean(0).tolist(),
                 "replica_step_sizes": steps,
                 "swap_rate": float(swap.nanmean()) if swap.numel() else math.nan,
@@ -529,18 +573,16 @@ class PTLangevin(Sampler):
 
     # ------------------------------------------------------------------ #
     @staticmethod
-    def acceptance_rates(state: SamplerState) -> Tensor:
+    def acceptance_rates(state: PTLangevinState) -> Tensor:
         """Metropolis-Hastings acceptance rate of each ladder slot so far, shape ``(C, R)``, float64 (NaN before
         the first step); ``C = 1`` without ``n_chains``."""
-        ex = state.extra
-        return _rate(ex["mh_accepts"], ex["mh_attempts"])
+        return _rate(state.mh_accepts, state.mh_attempts)
 
     @staticmethod
-    def swap_rates(state: SamplerState) -> Tensor:
+    def swap_rates(state: PTLangevinState) -> Tensor:
         """Acceptance rate of the exchanges between slots ``m`` and ``m + 1``, shape ``(C, R - 1)``, float64 (NaN
         for a pair never offered)."""
-        ex = state.extra
-        return _rate(ex["swap_accepts"], ex["swap_attempts"])
+        return _rate(state.swap_accepts, state.swap_attempts)
 
 
 def _rate(hits: Tensor, attempts: Tensor) -> Tensor:

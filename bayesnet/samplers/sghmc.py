@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from numbers import Real
+from typing import Any
 
-import torch
+import numpy as np
+from sklearn.utils._param_validation import Interval
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from ..plan import ChainLayout
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo, register_sampler
 from .integrators import (
+    chain_numel,
     gaussian_momentum,
     gradient_step,
-    chain_numel,
     ornstein_uhlenbeck_step,
     position_step,
     squared_norm,
 )
+from .random import ChainRandom
 
 __all__ = ["SGHMC"]
 
@@ -65,8 +69,8 @@ class SGHMC(Sampler):
     Raises
     ------
     ValueError
-        On a non-positive step size or temperature, a friction outside (0, 1],
-        or ``noise_estimate`` not in [0, friction).
+        From :meth:`validate`: on a non-positive step size or temperature, a
+        friction outside (0, 1], or ``noise_estimate`` not in [0, friction).
 
     Notes
     -----
@@ -82,8 +86,14 @@ class SGHMC(Sampler):
     """
 
     name = "sghmc"
-    _positive = ("step_size", "friction", "temperature")
-    _non_negative = ("noise_estimate",)
+    stats = {**COMMON_STATS, **MOMENTUM_STATS}
+    state_class = MomentumState
+    _parameter_constraints = {
+        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "friction": [Interval(Real, 0, 1, closed="right")],
+        "noise_estimate": [Interval(Real, 0, 1, closed="left")],
+        "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+    }
 
     def __init__(
         self,
@@ -96,36 +106,33 @@ class SGHMC(Sampler):
         self.friction = friction
         self.noise_estimate = noise_estimate
         self.temperature = temperature
-        self._validate()
-        if self.friction > 1.0:
-            raise ValueError(f"sghmc: friction must be in (0, 1], got {friction!r}.")
+
+    def _check_params(self) -> None:
         if self.noise_estimate >= self.friction:
-            raise ValueError(
-                f"sghmc: noise_estimate must be smaller than friction ({friction!r}), got {noise_estimate!r}."
-            )
+            raise ValueError(f"sghmc: noise_estimate must be smaller than friction ({self.friction!r}), got "
+                             f"{self.noise_estimate!r}.")
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        position = list(position)
-        self._check_chain_axis(position, n_chains)
+    def target_temperature(self) -> float:
+        return float(self.temperature)
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> MomentumState:
         std = math.sqrt(self.step_size * self.temperature)
-        momentum, flat = gaussian_momentum(position, std, generator, n_chains)
         # The momenta are views of one (chain-major) buffer: diagnostics reduce it in one op per chain.
-        return SamplerState(position=position, momentum=momentum, extra={"flat_momentum": flat, "n_chains": n_chains})
+        momentum, flat = gaussian_momentum(position, std, rng, layout)
+        return MomentumState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat)
 
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
+    def step(self, state: MomentumState, potential: Potential, batch: Any) -> tuple[MomentumState, StepInfo]:
         eta, alpha = self.step_size, self.friction
+        flat = state.flat_momentum
         position_step(state.position, state.momentum)  # A
         value, grad = potential.value_and_grad(batch)
         noise_std = math.sqrt(2.0 * (alpha - self.noise_estimate) * eta * self.temperature)
-        ornstein_uhlenbeck_step(state.momentum, 1.0 - alpha, noise_std, generator)  # O
+        ornstein_uhlenbeck_step(state.momentum, 1.0 - alpha, noise_std, state.rng, state.layout, flat)  # O
         gradient_step(state.momentum, grad, eta)  # B
         state.step += 1
-        kinetic = squared_norm(state.momentum, state.extra.get("flat_momentum")) / (2.0 * eta)
+        kinetic = squared_norm(state.momentum, flat) / (2.0 * eta)
         return state, StepInfo(
             potential=value.detach(),
             kinetic_energy=kinetic,
-            kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.extra.get("n_chains")),
+            kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout),
         )

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from numbers import Real
+from typing import Any
 
-import torch
+import numpy as np
+from sklearn.utils._param_validation import Interval
 from torch import Tensor
 
+from ..plan import ChainLayout
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
 from .integrators import add_noise, gradient_step
+from .random import ChainRandom
 
 __all__ = ["SGLD"]
 
 
 @register_sampler
 class SGLD(Sampler):
-    r"""Stochastic gradient Langevin dynamics (paper 001, Algorithm 21).
+    r"""Stochastic gradient Langevin dynamics (Welling and Teh 2011; Karagiannis, Algorithm 21).
 
     One step on a mini-batch :math:`S` of a dataset of size :math:`N` is
 
@@ -48,7 +52,8 @@ class SGLD(Sampler):
     Raises
     ------
     ValueError
-        If ``step_size`` or ``temperature`` is not a finite positive number.
+        From :meth:`validate` (called by :meth:`init` and the estimators), if ``step_size`` or
+        ``temperature`` is not a finite positive number.
 
     Notes
     -----
@@ -62,29 +67,26 @@ class SGLD(Sampler):
 
     References
     ----------
-    Karagiannis, "Bayesian learning via stochastic gradient and SGLD" (paper 001),
-    Algorithm 21, eqs. (3.2)-(3.6); Welling and Teh, ICML 2011.
+    Karagiannis, "Bayesian learning via stochastic gradient and SGLD", eqs. (3.2)-(3.6) and Algorithm 21;
+    Welling and Teh, "Bayesian learning via stochastic gradient Langevin dynamics", ICML 2011.
     """
 
     name = "sgld"
-    _positive = ("step_size", "temperature")
+    _parameter_constraints = {
+        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+    }
 
     def __init__(self, step_size: float = 1e-4, temperature: float = 1.0):
         self.step_size = step_size
         self.temperature = temperature
-        self._validate()
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        position = list(position)
-        self._check_chain_axis(position, n_chains)
-        return SamplerState(position=position, extra={"n_chains": n_chains})
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> SamplerState:
+        return SamplerState(position=position, layout=layout, rng=rng)
 
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
+    def step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
         value, grad = potential.value_and_grad(batch)
         gradient_step(state.position, grad, self.step_size)  # B applied to theta
-        add_noise(state.position, math.sqrt(2.0 * self.step_size * self.temperature), generator)
+        add_noise(state.position, math.sqrt(2.0 * self.step_size * self.temperature), state.rng, state.layout)
         state.step += 1
         return state, StepInfo(potential=value.detach())

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
 
+import numpy as np
 import torch
+from sklearn.utils._param_validation import Interval
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from ..plan import ChainLayout
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
 from .integrators import add_noise, chain_numel, gaussian_momentum, gradient_step, position_step, squared_norm
+from .random import ChainRandom
 
-__all__ = ["SGNHT"]
+__all__ = ["SGNHT", "SGNHTState"]
+
+
+@dataclass(kw_only=True)
+class SGNHTState(MomentumState):
+    """:class:`MomentumState` plus the thermostat ``z``: shape ``(C,)`` with a chain axis (one per chain),
+    ``()`` without."""
+
+    thermostat: Tensor
 
 
 @register_sampler
@@ -53,8 +67,8 @@ class SGNHT(Sampler):
     Raises
     ------
     ValueError
-        On a non-positive step size, thermal inertia or temperature, or a
-        negative noise level.
+        From :meth:`validate`: on a non-positive step size, thermal inertia
+        or temperature, or a negative noise level.
 
     Notes
     -----
@@ -73,8 +87,14 @@ class SGNHT(Sampler):
     """
 
     name = "sgnht"
-    _positive = ("step_size", "thermal_inertia", "temperature")
-    _non_negative = ("noise",)
+    stats = {**COMMON_STATS, **MOMENTUM_STATS, "thermostat": Stat("mean")}
+    state_class = SGNHTState
+    _parameter_constraints = {
+        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "noise": [Interval(Real, 0, np.inf, closed="left")],
+        "thermal_inertia": [Interval(Real, 0, np.inf, closed="neither")],
+        "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+    }
 
     def __init__(self, step_size: float = 1e-4, noise: float = 0.05, thermal_inertia: float = 1.0,
                  temperature: float = 1.0):
@@ -82,34 +102,30 @@ class SGNHT(Sampler):
         self.noise = noise
         self.thermal_inertia = thermal_inertia
         self.temperature = temperature
-        self._validate()
 
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        position = list(position)
-        self._check_chain_axis(position, n_chains)
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * self.temperature), generator,
-                                           n_chains)
+    def target_temperature(self) -> float:
+        return float(self.temperature)
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> SGNHTState:
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * self.temperature), rng, layout)
         first = position[0]
-        thermostat = torch.full(() if n_chains is None else (n_chains,), float(self.noise), dtype=first.dtype,
-                                device=first.device)
-        return SamplerState(position=position, momentum=momentum,
-                            extra={"flat_momentum": flat, "thermostat": thermostat, "n_chains": n_chains})
+        shape = () if layout.n_chains is None else (layout.chains,)
+        thermostat = torch.full(shape, float(self.noise), dtype=first.dtype, device=first.device)
+        return SGNHTState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat,
+                          thermostat=thermostat)
 
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
-        eta, r, flat = self.step_size, state.momentum, state.extra["flat_momentum"]
-        dim = chain_numel(r, state.extra.get("n_chains"))
+    def step(self, state: SGNHTState, potential: Potential, batch: Any) -> tuple[SGNHTState, StepInfo]:
+        eta, r, flat = self.step_size, state.momentum, state.flat_momentum
+        dim = chain_numel(r, state.layout)
         target = eta * self.temperature
         r2 = squared_norm(r, flat)  # one value per chain: each chain has its own thermostat
-        z = state.extra["thermostat"] + (r2 / dim - target) / self.thermal_inertia
-        state.extra["thermostat"] = z
+        z = state.thermostat + (r2 / dim - target) / self.thermal_inertia
+        state.thermostat = z
         value, grad = potential.value_and_grad(batch)
         with torch.no_grad():  # the thermostat friction -z r, on the buffer the momenta are views of
             flat.mul_((1.0 - z).unsqueeze(-1) if flat.ndim == 2 else 1.0 - z)
         gradient_step(r, grad, eta)
-        add_noise(r, math.sqrt(2.0 * self.noise * target), generator)
+        add_noise(r, math.sqrt(2.0 * self.noise * target), state.rng, state.layout, flat)
         position_step(state.position, r)
         state.step += 1
         return state, StepInfo(potential=value.detach(), kinetic_energy=0.5 * r2 / eta,

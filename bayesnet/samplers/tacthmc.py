@@ -3,15 +3,37 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, Sequence
 
+import numpy as np
 import torch
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from ..plan import ChainLayout
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
 from .integrators import gaussian_like, gaussian_momentum, squared_norm
+from .random import ChainRandom
 
-__all__ = ["TACTHMC", "coupling", "coupling_derivative"]
+__all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
+
+
+@dataclass(kw_only=True)
+class TACTHMCState(MomentumState):
+    """:class:`MomentumState` plus, per chain (shape ``(C,)``, ``()`` without a chain axis): the tempering
+    variable ``xi`` and its momentum, the two thermostats, the biasing table and bin histogram
+    (``(C, n_bins)``), the count of steps at unit temperature; and the resolved ``tempering_step_size``."""
+
+    xi: Tensor
+    xi_momentum: Tensor
+    thermostat: Tensor
+    tempering_thermostat: Tensor
+    bias: Tensor
+    bin_visits: Tensor
+    plateau_steps: Tensor
+    tempering_step_size: float
 
 
 def coupling(xi: Tensor, plateau: float, width: float, order: int) -> Tensor:
@@ -221,10 +243,26 @@ class TACTHMC(Sampler):
 
     name = "tacthmc"
     default_thinning = 1  # samples are already K steps apart
-    _positive = ("step_size", "thermal_inertia", "tempering_thermal_inertia", "plateau",
-                 "coupling_width", "wall", "metadynamics_height", "temperature")
-    _non_negative = ("noise", "tempering_noise")
-    _integers = {"steps_per_sample": 1, "coupling_order": 1, "n_bins": 1}
+    stats = {**COMMON_STATS, **MOMENTUM_STATS, "xi": Stat("mean"), "effective_temperature": Stat("mean"),
+             "thermostat": Stat("mean"), "tempering_thermostat": Stat("mean"),
+             "on_plateau": Stat("mean", "plateau_fraction")}
+    state_class = TACTHMCState
+    _parameter_constraints = {
+        **{key: [Interval(Real, 0, np.inf, closed="neither")] for key in (
+            "step_size", "thermal_inertia", "tempering_thermal_inertia", "plateau", "coupling_width", "wall",
+            "metadynamics_height", "temperature")},
+        "noise": [Interval(Real, 0, np.inf, closed="left")],
+        "tempering_noise": [Interval(Real, 0, np.inf, closed="left")],
+        "tempering_step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
+        "steps_per_sample": [Interval(Integral, 1, None, closed="left")],
+        "coupling_order": [Interval(Integral, 1, None, closed="left")],
+        "n_bins": [Interval(Integral, 1, None, closed="left")],
+        "biasing": [StrOptions({"abf", "metadynamics"}), None],
+        "metadynamics_bias_temperature": [Interval(Real, 0, np.inf, closed="neither"), None],
+        "resample_momentum": ["boolean"],
+        "tempering": ["boolean"],
+        "thermostats": ["boolean"],
+    }
 
     def __init__(self, step_size: float = 1e-4, tempering_step_size: float | str = "auto", noise: float = 0.05,
                  tempering_noise: float = 0.05, thermal_inertia: float = 1.0, tempering_thermal_inertia: float = 1.0,
@@ -252,29 +290,14 @@ class TACTHMC(Sampler):
         self.temperature = temperature
         self.tempering = tempering
         self.thermostats = thermostats
-        self._validate()
 
-    def _validate(self) -> None:
-        super()._validate()
-        eta_xi = self.tempering_step_size
-        if eta_xi != "auto" and (isinstance(eta_xi, bool) or not isinstance(eta_xi, (int, float))
-                                 or not math.isfinite(eta_xi) or eta_xi <= 0):
-            raise ValueError(f"{self.name}: tempering_step_size must be 'auto' or a number > 0, got {eta_xi!r}.")
+    def _check_params(self) -> None:
         if self.coupling_width <= self.plateau:
             raise ValueError(f"{self.name}: coupling_width ({self.coupling_width}) must exceed plateau "
                              f"({self.plateau}).")
         if self.wall <= self.plateau:
             raise ValueError(f"{self.name}: wall ({self.wall}) must exceed plateau ({self.plateau}), or the "
                              "tempering variable can never leave unit temperature.")
-        if self.biasing not in ("abf", "metadynamics", None):
-            raise ValueError(f"{self.name}: biasing must be 'abf', 'metadynamics' or None, got {self.biasing!r}.")
-        tb = self.metadynamics_bias_temperature
-        if tb is not None and (isinstance(tb, bool) or not isinstance(tb, (int, float)) or not tb > 0
-                               or not math.isfinite(tb)):
-            raise ValueError(f"{self.name}: metadynamics_bias_temperature must be None or > 0, got {tb!r}.")
-        for key in ("resample_momentum", "tempering", "thermostats"):
-            if not isinstance(getattr(self, key), (bool, int)):
-                raise ValueError(f"{self.name}: {key} must be a bool, got {getattr(self, key)!r}.")
 
     # ------------------------------------------------------------------ #
     @classmethod
@@ -317,45 +340,31 @@ class TACTHMC(Sampler):
         return self.steps_per_sample / self.expected_plateau_fraction
 
     # ------------------------------------------------------------------ #
-    def init(self, position: Sequence[Tensor], generator: torch.Generator | None,
-             n_chains: int | None = None) -> SamplerState:
-        """Start at ``position`` with :math:`\\xi = 0` (unit temperature), momenta from their stationary laws.
+    def target_temperature(self) -> float:
+        return float(self.temperature)
 
-        Parameters
-        ----------
-        position : sequence of Tensor
-            The parameters (used in place, not copied); with ``n_chains``
-            each has a leading axis of that size.
-        generator : torch.Generator or None
-        n_chains : int, optional
-            Number of chains packed on the leading axis; None for one chain
-            without a chain axis.
-        """
-        position = list(position)
+    def temperature_range(self) -> tuple[float, float]:
+        return float(self.temperature), float(self.max_temperature) if self.tempering else float(self.temperature)
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> TACTHMCState:
+        """Start at ``position`` with :math:`\\xi = 0` (unit temperature), momenta from their stationary laws."""
         first = position[0]
-        self._check_chain_axis(position, n_chains)
-        shape = () if n_chains is None else (int(n_chains),)
+        shape = () if layout.n_chains is None else (layout.chains,)
         opts = dict(dtype=first.dtype, device=first.device)
         T = self.temperature
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * T), generator, n_chains)
-        dim = sum(p.numel() for p in position) // (n_chains or 1)
+        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * T), rng, layout)
+        dim = sum(p.numel() for p in position) // layout.chains
         eta_xi = self.resolve_tempering_step_size(dim)
-        r_xi = torch.randn(shape, generator=generator, **opts) * math.sqrt(eta_xi * T)
+        r_xi = rng.normal(1, first.dtype).reshape(shape) * math.sqrt(eta_xi * T)
         if not self.tempering:
             r_xi.zero_()
-        extra = {
-            "xi": torch.zeros(shape, **opts),
-            "xi_momentum": r_xi,
-            "thermostat": torch.full(shape, float(self.noise), **opts),
-            "tempering_thermostat": torch.full(shape, float(self.tempering_noise), **opts),
-            "bias": torch.zeros(shape + (self.n_bins,), **opts),
-            "bin_visits": torch.zeros(shape + (self.n_bins,), **opts),
-            "plateau_steps": torch.zeros(shape, **opts),
-            "n_chains": n_chains,
-            "tempering_step_size": eta_xi,
-            "flat_momentum": flat,
-        }
-        return SamplerState(position=position, momentum=momentum, extra=extra)
+        return TACTHMCState(
+            position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat,
+            xi=torch.zeros(shape, **opts), xi_momentum=r_xi,
+            thermostat=torch.full(shape, float(self.noise), **opts),
+            tempering_thermostat=torch.full(shape, float(self.tempering_noise), **opts),
+            bias=torch.zeros(shape + (self.n_bins,), **opts), bin_visits=torch.zeros(shape + (self.n_bins,), **opts),
+            plateau_steps=torch.zeros(shape, **opts), tempering_step_size=eta_xi)
 
     def resolve_tempering_step_size(self, dim: int) -> float:
         """:math:`\\eta_\\xi` for a model with ``dim`` parameters per chain (see ``tempering_step_size``)."""
@@ -382,11 +391,11 @@ class TACTHMC(Sampler):
         a_lo = bias.gather(-1, lower.unsqueeze(-1)).squeeze(-1)
         return (a_lo - a_hi) / delta
 
-    def _update_bias(self, state: SamplerState, j: Tensor, force: Tensor) -> None:
+    def _update_bias(self, state: TACTHMCState, j: Tensor, force: Tensor) -> None:
         """ABFUPDATE (line 11, 19-21) or the metadynamics deposit of Appendix B."""
         if self.biasing is None:
             return
-        bias, visits = state.extra["bias"], state.extra["bin_visits"]
+        bias, visits = state.bias, state.bin_visits
         idx = j.unsqueeze(-1)
         visits.scatter_add_(-1, idx, torch.ones_like(force).unsqueeze(-1))
         if self.biasing == "abf":
@@ -400,18 +409,15 @@ class TACTHMC(Sampler):
             bias.scatter_add_(-1, idx, height)
 
     @torch.no_grad()
-    def step(
-        self, state: SamplerState, potential: Potential, batch: Any, generator: torch.Generator | None
-    ) -> tuple[SamplerState, StepInfo]:
-        ex = state.extra
+    def step(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple[TACTHMCState, StepInfo]:
         T = self.temperature
         if self.tempering_step_size != "auto":  # a value set on a continuing chain takes effect
-            ex["tempering_step_size"] = float(self.tempering_step_size)
-        eta, eta_xi = self.step_size, ex["tempering_step_size"]
-        r, theta = state.momentum, state.position
-        xi, r_xi = ex["xi"], ex["xi_momentum"]
-        batched = ex["n_chains"] is not None
-        n_chains = ex["n_chains"] or 1
+            state.tempering_step_size = float(self.tempering_step_size)
+        eta, eta_xi = self.step_size, state.tempering_step_size
+        r, theta, rng, layout = state.momentum, state.position, state.rng, state.layout
+        xi, r_xi = state.xi, state.xi_momentum
+        batched = layout.n_chains is not None
+        n_chains = layout.chains
         # line 4
         if self.tempering:
             lam = coupling(xi, self.plateau, self.coupling_width, self.coupling_order)
@@ -421,25 +427,25 @@ class TACTHMC(Sampler):
         lam2, dlam2 = lam * lam, dlam * dlam
         # lines 5-6: thermostats (kinetic temperature per chain)
         dim = sum(p.numel() for p in r) // n_chains
-        r2 = squared_norm(r, ex["flat_momentum"])  # per chain: the momenta are views of one chain-major buffer
+        r2 = squared_norm(r, state.flat_momentum)  # per chain: the momenta are views of one chain-major buffer
         if self.thermostats:
-            ex["tempering_thermostat"] = ex["tempering_thermostat"] + dlam2 * (r_xi * r_xi - eta_xi * T) \
+            state.tempering_thermostat = state.tempering_thermostat + dlam2 * (r_xi * r_xi - eta_xi * T) \
                 / self.tempering_thermal_inertia
-            ex["thermostat"] = ex["thermostat"] + lam2 * (r2 / dim - eta * T) / self.thermal_inertia
-        z_theta, z_xi = ex["thermostat"], ex["tempering_thermostat"]
+            state.thermostat = state.thermostat + lam2 * (r2 / dim - eta * T) / self.thermal_inertia
+        z_theta, z_xi = state.thermostat, state.tempering_thermostat
         # line 7-8
         j = self._bin(xi)
-        delta_a = self._bias_force(ex["bias"], j, xi)
+        delta_a = self._bias_force(state.bias, j, xi)
         value, grad = potential.value_and_grad(batch)
         value = value.detach().to(xi.dtype).reshape(xi.shape)
         # line 9: tempering momentum
+        kick = rng.normal(1, xi.dtype).reshape(xi.shape)  # drawn also without tempering: streams stay aligned
         if self.tempering:
-            kick = torch.randn(xi.shape, generator=generator, dtype=xi.dtype, device=xi.device)
             r_xi = (r_xi - dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * kick)
                     - dlam2 * z_xi * r_xi + eta_xi * delta_a)
         # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta grad + lam sqrt(2 c eta T) N
         decay = 1.0 - lam2 * z_theta
-        noise = gaussian_like(r, generator)
+        noise = gaussian_like(r, rng, layout)
         noise_std = lam * math.sqrt(2.0 * self.noise * eta * T)
         for m, g, w in zip(r, grad, noise):
             m.mul_(_per_chain(decay, m)).add_(_per_chain(-eta * lam, m) * g + _per_chain(noise_std, m) * w)
@@ -449,19 +455,19 @@ class TACTHMC(Sampler):
             # lines 12-14: move xi inside the infinite well; on leaving it, reverse the velocity and undo the move
             moved = xi + r_xi
             outside = moved.abs() > self.wall
-            ex["xi_momentum"] = torch.where(outside, -r_xi, r_xi)
-            ex["xi"] = torch.where(outside, xi, moved)
+            state.xi_momentum = torch.where(outside, -r_xi, r_xi)
+            state.xi = torch.where(outside, xi, moved)
         # line 15
         torch._foreach_add_(theta, r)
         state.step += 1
         # line 16-18: collect at unit temperature every K steps
         on_plateau = lam == 1.0
         plateau_flag = on_plateau.to(xi.dtype)
-        ex["plateau_steps"] = ex["plateau_steps"] + plateau_flag
+        state.plateau_steps = state.plateau_steps + plateau_flag
         if state.step % self.steps_per_sample == 0:  # the only steps that synchronise with the device
             is_draw = on_plateau.clone()
-            if self.resample_momentum and bool(is_draw.any()):
-                self._resample(state, is_draw, generator)
+            if self.resample_momentum:  # every chain draws, so that its stream does not depend on the others
+                self._resample(state, is_draw)
             if not batched:
                 is_draw = bool(is_draw)
         else:
@@ -476,23 +482,29 @@ class TACTHMC(Sampler):
         )
         return state, info
 
-    def _resample(self, state: SamplerState, chains: Tensor, generator: torch.Generator | None) -> None:
+    def _resample(self, state: TACTHMCState, chains: Tensor) -> None:
         T = self.temperature
-        fresh = gaussian_like(state.momentum, generator)
+        fresh = gaussian_like(state.momentum, state.rng, state.layout)
         for m, w in zip(state.momentum, fresh):
             m.copy_(torch.where(_per_chain(chains, m), w * math.sqrt(self.step_size * T), m))
-        r_xi = state.extra["xi_momentum"]
-        new = torch.randn(r_xi.shape, generator=generator, dtype=r_xi.dtype, device=r_xi.device)
-        eta_xi = state.extra["tempering_step_size"]
-        state.extra["xi_momentum"] = torch.where(chains, new * math.sqrt(eta_xi * T), r_xi)
+        r_xi = state.xi_momentum
+        new = state.rng.normal(1, r_xi.dtype).reshape(r_xi.shape)
+        state.xi_momentum = torch.where(chains, new * math.sqrt(state.tempering_step_size * T), r_xi)
 
-    def divergence_hint(self, state: SamplerState) -> str:
+    def divergence_hint(self, state: TACTHMCState) -> str:
         return (f"{super().divergence_hint(state)}; or sampler__tempering_step_size (now "
-                f"{state.extra['tempering_step_size']:g}), whose kick on the tempering variable grows with the "
+                f"{state.tempering_step_size:g}), whose kick on the tempering variable grows with the "
                 "size of the potential")
 
+    def shortfall_hint(self, state: TACTHMCState) -> str:
+        frac = float(self.plateau_fraction(state).mean())
+        return (f"the tempering variable spent {frac:.1%} of the steps at unit temperature (the ideal is "
+                f"{self.expected_plateau_fraction:.0%}). Run longer (partial_fit continues the chain), narrow the "
+                "temperature range (sampler__wall), or lower sampler__tempering_step_size: a tempering variable "
+                "that moves faster than the network can follow gets stuck at high temperature.")
+
     # ------------------------------------------------------------------ #
-    def bias_profile(self, state: SamplerState) -> tuple[Tensor, Tensor, Tensor]:
+    def bias_profile(self, state: TACTHMCState) -> tuple[Tensor, Tensor, Tensor]:
         """The biasing table over :math:`\\xi`'s bins.
 
         Returns
@@ -507,9 +519,9 @@ class TACTHMC(Sampler):
         """
         delta = 2.0 * self.wall / self.n_bins
         centres = -self.wall + (torch.arange(self.n_bins, dtype=torch.float64) + 0.5) * delta
-        return centres, state.extra["bias"].detach().cpu(), state.extra["bin_visits"].detach().cpu()
+        return centres, state.bias.detach().cpu(), state.bin_visits.detach().cpu()
 
     @staticmethod
-    def plateau_fraction(state: SamplerState) -> Tensor:
+    def plateau_fraction(state: TACTHMCState) -> Tensor:
         """Fraction of the steps so far taken at unit temperature, per chain (Appendix A's efficiency)."""
-        return state.extra["plateau_steps"] / max(state.step, 1)
+        return state.plateau_steps / max(state.step, 1)

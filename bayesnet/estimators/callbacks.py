@@ -1,0 +1,277 @@
+"""The skorch callbacks that watch a sampling run: progress, divergence, and the draw quota.
+
+The estimators add them by default (:meth:`BayesianNeuralNet.get_default_callbacks`); each sees every
+sampler step through skorch's ``on_batch_end`` with the step's :class:`~bayesnet.samplers.StepInfo`.
+Stopping early works as skorch's ``EarlyStopping`` does: by raising ``KeyboardInterrupt``, which skorch's
+``partial_fit`` catches; the callback records why in the estimator's ``fit_status_``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from skorch.callbacks import Callback
+
+from ..diagnostics import split_rhat
+from ..samplers import DivergenceError
+
+__all__ = ["SamplingProgressBar", "DivergenceMonitor", "DrawQuota"]
+
+
+class SamplingProgressBar(Callback):
+    """A tqdm progress bar over sampler steps, showing the potential, the draws kept and the split R-hat.
+
+    Added when ``verbose >= 1``.
+
+    Parameters
+    ----------
+    update_every : int, default=20
+        Steps between two refreshes (a refresh reads the device).
+    """
+
+    def __init__(self, update_every: int = 20):
+        self.update_every = update_every
+
+    def on_train_begin(self, net, X=None, y=None, **kwargs):
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=net.steps_expected_, desc=f"sampling ({net.sampler_.name})",
+                         unit="step", leave=True, dynamic_ncols=True)
+        self._count = 0
+
+    def on_batch_end(self, net, training=False, info=None, **kwargs):
+        if not training or getattr(self, "_bar", None) is None:
+            return
+        self._count += 1
+        if self._count % self.update_every == 0:
+            self._bar.update(self._count)
+            self._count = 0
+            postfix = dict(potential=f"{float(info.potential.float().mean()):.4g}", draws=len(net.trace_))
+            pots = net.trace_.as_array(potentials=True)
+            if pots.ndim == 2 and pots.shape[0] > 1 and pots.shape[1] >= 8:
+                postfix["rhat"] = f"{split_rhat(pots):.3f}"
+            self._bar.set_postfix(refresh=False, **postfix)
+
+    def on_train_end(self, net, X=None, y=None, **kwargs):
+        self.close()
+
+    def close(self):
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            bar.update(self._count)
+            if bar.n < bar.total:  # ended early (draws collected, interrupted, diverged)
+                bar.total = bar.n
+                bar.refresh()
+            bar.close()
+            self._bar = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_bar", None)
+        return state
+
+
+class DivergenceMonitor(Callback):
+    """Stops diverging chains from the first bad step, and keeps their good draws only.
+
+    A chain diverges when, on any step, its potential, kinetic temperature or a position due for storage is
+    not finite, or, once its warm-up has ended, its kinetic temperature exceeds ``temperature_tolerance``
+    times the sampler's target, or its potential stays above what the warm-up saw by more than
+    ``potential_tolerance`` standard deviations for ``potential_patience`` consecutive steps (a mini-batch
+    potential has heavy tails: one hard batch is not a divergence; a chain leaving its typical set keeps
+    climbing). The reference is scale-free: the mean and standard deviation of each member's
+    potential over the second half of the burn-in, the standard deviation floored at ``sqrt(D / 2)``, the
+    spread of ``U`` of a ``D``-parameter Gaussian at unit temperature. During the warm-up a first kick from a
+    poor start may be hot; only a kinetic temperature above ``warmup_temperature_limit`` times the target,
+    held for ``warmup_patience`` steps, counts there.
+
+    Flags are accumulated on the device and read every ``check_every`` steps and on every step that stores a
+    draw, so that a step that stores nothing does not synchronise. On a divergence the monitor retires the
+    chain's slots in the trace, discarding the draws after the last step at which every member of the chain
+    was within ``recover_tolerance`` standard deviations of the warm-up potential and below twice the
+    temperature target (the stretch where it was leaving its typical set), and records it in the estimator's
+    ``fit_status_``. When every chain has diverged it raises :class:`~bayesnet.samplers.DivergenceError`.
+
+    Parameters
+    ----------
+    check_every : int, default=50
+    potential_tolerance : float, default=30.0
+    temperature_tolerance : float, default=50.0
+    recover_tolerance : float, default=4.0
+    warmup_temperature_limit : float, default=1000.0
+    warmup_patience : int, default=200
+    potential_patience : int, default=10
+    """
+
+    def __init__(self, check_every: int = 50, potential_tolerance: float = 30.0, temperature_tolerance: float = 50.0,
+                 recover_tolerance: float = 4.0, warmup_temperature_limit: float = 1000.0, warmup_patience: int = 200,
+                 potential_patience: int = 10):
+        self.check_every = check_every
+        self.potential_patience = potential_patience
+        self.potential_tolerance = potential_tolerance
+        self.temperature_tolerance = temperature_tolerance
+        self.recover_tolerance = recover_tolerance
+        self.warmup_temperature_limit = warmup_temperature_limit
+        self.warmup_patience = warmup_patience
+
+    # state kept on the estimator (``divergence_state_``) so that it survives pickling and continues with the chain
+    @staticmethod
+    def _state(net):
+        state = getattr(net, "divergence_state_", None)
+        if state is None:
+            S = net.posterior_.n_members
+            device = net.device_
+            state = net.divergence_state_ = {
+                "bad": torch.zeros(3, S, dtype=torch.bool, device=device),  # non-finite, potential, temperature
+                "hot_run": torch.zeros(S, dtype=torch.int64, device=device),
+                "high_run": torch.zeros(S, dtype=torch.int64, device=device),
+                "ref_sum": torch.zeros(S, dtype=torch.float64, device=device),
+                "ref_sq": torch.zeros(S, dtype=torch.float64, device=device),
+                "ref_n": 0, "reference": None, "alive": np.ones(net.layout_.chains, dtype=bool),
+            }
+        return state
+
+    def on_batch_end(self, net, training=False, info=None, step=None, stored=None, nonfinite=None, **kwargs):
+        if not training or info is None:
+            return
+        state = self._state(net)
+        burn_in = net.plan_.burn_in
+        bad = state["bad"]
+        u = info.potential.detach().reshape(-1).double()
+        bad[0] |= ~torch.isfinite(u)
+        target = net.sampler_.target_temperature()
+        t_kin = info.kinetic_temperature
+        if t_kin is not None:
+            t_kin = t_kin.detach().reshape(-1).double()
+            bad[0] |= ~torch.isfinite(t_kin)
+        if step <= burn_in:
+            if step > burn_in // 2:  # the reference: the second half of the warm-up
+                state["ref_sum"] += torch.nan_to_num(u, nan=0.0, posinf=0.0, neginf=0.0)
+                state["ref_sq"] += torch.nan_to_num(u * u, nan=0.0, posinf=0.0, neginf=0.0)
+                state["ref_n"] += 1
+            if t_kin is not None and target:
+                hot = t_kin > self.warmup_temperature_limit * target
+                state["hot_run"] = torch.where(hot, state["hot_run"] + 1, torch.zeros_like(state["hot_run"]))
+                bad[2] |= state["hot_run"] >= self.warmup_patience
+        else:
+            ref = state["reference"]
+            if ref is None:
+                ref = state["reference"] = self._reference(net, state)
+            high = u > ref[0]
+            state["high_run"] = torch.where(high, state["high_run"] + 1, torch.zeros_like(state["high_run"]))
+            bad[1] |= state["high_run"] >= self.potential_patience
+            if t_kin is not None and target:
+                bad[2] |= t_kin > self.temperature_tolerance * target
+        if nonfinite is not None and len(nonfinite):
+            bad[0][torch.as_tensor(nonfinite, device=bad.device)] = True
+        if stored or step % self.check_every == 0 or step == net.steps_planned_total_:
+            self.check(net, step)
+
+    def _reference(self, net, state) -> tuple:
+        """Per member: the potential above which a chain has left its typical set, and the warm-up's mean and
+        floored standard deviation of the potential (the second half of the warm-up); all infinite without a
+        warm-up.
+
+        The limit is ``mean + (T_max / T - 1) D / 2 + tol * (T_max / T) * sd``: a tempering sampler heats the
+        positions up to ``T_max`` (:meth:`~bayesnet.samplers.Sampler.temperature_range`), which raises the
+        potential of a ``D``-parameter Gaussian by ``(T_max / T - 1) D / 2`` on average and widens its spread by
+        ``T_max / T``."""
+        S = net.posterior_.n_members
+        n = state["ref_n"]
+        device = state["bad"].device
+        if n < 2:  # no warm-up to speak of: only non-finite values and the temperature count
+            inf = torch.full((S,), float("inf"), dtype=torch.float64, device=device)
+            return inf, inf, inf
+        mean = state["ref_sum"] / n
+        sd = (state["ref_sq"] / n - mean * mean).clamp_min(0.0).sqrt().clamp_min(self._floor(net))
+        return self._limit(net, mean, sd, self.potential_tolerance), mean, sd
+
+    @staticmethod
+    def _floor(net) -> float:
+        """``sqrt(D / 2)``: the spread of the potential of a ``D``-parameter Gaussian at unit temperature."""
+        return math.sqrt(max(net.posterior_.n_parameters_per_member, 1) / 2.0)
+
+    @staticmethod
+    def _limit(net, mean, sd, tol):
+        t_low, t_high = net.sampler_.temperature_range()
+        heat = t_high / t_low if t_low > 0 else 1.0
+        D = max(net.posterior_.n_parameters_per_member, 1)
+        return mean + (heat - 1.0) * D / 2.0 + tol * heat * sd
+
+    def check(self, net, step: int) -> None:
+        """Read the accumulated flags (synchronises); retire the chains that diverged."""
+        state = self._state(net)
+        reasons = state["bad"].cpu().numpy().copy()  # (3, S)
+        bad = reasons.any(axis=0)
+        if not bad.any():
+            return
+        layout = net.layout_
+        M = layout.members_per_chain
+        chains = sorted({m // M for m in np.flatnonzero(bad)} & set(np.flatnonzero(state["alive"])))
+        state["bad"].zero_()
+        if not chains:
+            return
+        why = {0: "a non-finite potential, kinetic temperature or position",
+               1: "a potential far above what the warm-up saw",
+               2: f"a kinetic temperature far above its target ({net.sampler_.target_temperature()})"}
+        last_good = self._last_good_steps(net, state, chains, step)
+        status = net.fit_status_
+        for c in chains:
+            slots = list(range(c * M, (c + 1) * M))
+            discarded = net.trace_.retire(slots, last_good[c])
+            state["alive"][c] = False
+            member_reasons = reasons[:, slots].any(axis=1)
+            status["diverged_chains"][int(c) + net.first_chain_] = {
+                "step": int(step), "last_good_step": int(last_good[c]), "draws_discarded": int(discarded),
+                "draws_kept": int(net.trace_.stored_per_slot[slots].sum()),
+                "reason": "; ".join(why[k] for k in range(3) if member_reasons[k])}
+        if not state["alive"].any():
+            status["status"] = "diverged"
+            raise DivergenceError(net.divergence_message(step, chains), step)
+
+    def _last_good_steps(self, net, state, chains, step) -> dict:
+        """Per chain: the last recorded step at which all its members were within the recovery bounds."""
+        steps, fields = net.step_stats_.per_step()
+        ref = state["reference"]
+        if ref is None:
+            ref = self._reference(net, state)
+        _, mean, sd = (t.cpu().numpy() for t in ref)
+        M = net.layout_.members_per_chain
+        target = net.sampler_.target_temperature()
+        out = {}
+        for c in chains:
+            ok = np.ones(len(steps), dtype=bool)
+            for m in range(c * M, (c + 1) * M):
+                u = fields["potential"][m].astype(np.float64)
+                if np.isfinite(mean[m]):
+                    bound = self._limit(net, mean[m], sd[m], self.recover_tolerance)
+                else:  # no warm-up: within the tolerance of the lowest potential the chain had reached
+                    lowest = np.fmin.accumulate(np.where(np.isfinite(u), u, np.inf))
+                    bound = self._limit(net, lowest, self._floor(net), self.recover_tolerance)
+                good = np.isfinite(u) & (u <= bound)
+                if "kinetic_temperature" in fields and target:
+                    t = fields["kinetic_temperature"][m]
+                    good &= np.isfinite(t) & (t <= 2.0 * target)
+                ok &= good
+            before = np.flatnonzero(ok & (steps <= step))
+            # no good step in the recorded window: keep nothing recorded after the window's start
+            out[c] = int(steps[before[-1]]) if before.size else int(steps[0] - 1 if len(steps) else 0)
+        return out
+
+
+class DrawQuota(Callback):
+    """Ends the run once this call has stored ``n_draws`` draws per slot, for samplers that collect only
+    some of their steps (``steps_per_draw() > 1``, e.g. tacthmc), whose planned length assumes the ideal
+    fraction of collected steps. Stops as skorch's ``EarlyStopping`` does (``KeyboardInterrupt``) and records
+    ``"draws collected"`` in the estimator's ``fit_status_``."""
+
+    def on_batch_end(self, net, training=False, stored=None, **kwargs):
+        if not training or not stored or net.sampler_.steps_per_draw() <= 1 or net.max_epochs is not None:
+            return
+        trace = net.trace_
+        new = (trace.kept_per_slot - net.kept_at_call_start_)[trace.active]
+        if new.size and new.mean() >= net.n_draws:
+            net.fit_status_["stopped_by"] = "draws collected"
+            raise KeyboardInterrupt

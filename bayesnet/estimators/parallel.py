@@ -1,0 +1,184 @@
+"""Groups of chains fitted in separate processes (joblib: loky locally, dask on a cluster).
+
+``n_jobs`` splits the ``n_chains`` chains into groups, each fitted (vectorised) by a clone of the estimator
+in a joblib worker; the traces are merged afterwards. Every chain draws from its own random stream and
+starts from its own seed (:mod:`bayesnet.samplers.random`), so the merged draws are those of the same fit
+without ``n_jobs``: how the chains are grouped never changes a chain.
+
+Faults cost only their own group:
+
+* an exception inside a group (a divergence of all its chains, a ``MemoryError``) is caught in the worker,
+  which returns the group with the draws it collected;
+* a worker that dies (killed, out of memory at the operating-system level: loky's ``TerminatedWorkerError``)
+  breaks the pool, and joblib cancels the groups still running. The groups that had finished are kept; each
+  unfinished group is then run again on its own, in a fresh worker. As the chains are deterministic, a rerun
+  reproduces the same draws; a group whose rerun dies again is the one at fault and is dropped, with a
+  warning that names its chains.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import joblib
+import numpy as np
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+
+from ..samplers import DivergenceError
+from ..trace import Trace
+
+__all__ = ["n_groups", "fit_groups"]
+
+
+def n_groups(net) -> int:
+    """Groups of chains fitted in separate workers: 1 unless ``n_jobs`` is set and there are several chains."""
+    if net.n_jobs is None or int(net.n_chains) < 2:
+        return 1
+    return max(1, min(int(net.n_chains), joblib.effective_n_jobs(net.n_jobs)))
+
+
+def _indexed_fit_group(i, args):
+    return i, _fit_group(*args)
+
+
+def _fit_group(estimator, X, y, classes):
+    """Worker body: run one group of chains; an exception comes back with the group (and its draws so far)."""
+    try:
+        return estimator.partial_fit(X, y, classes=classes), None
+    except (DivergenceError, MemoryError, FloatingPointError) as exc:
+        return estimator, exc
+
+
+def _is_pool_failure(exc: BaseException) -> bool:
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    return bool(names & {"TerminatedWorkerError", "BrokenProcessPool", "BrokenExecutor"})
+
+
+def _run(tasks, n_jobs):
+    """Run ``tasks`` (index -> (shard, X, y, classes)); return the finished ones and the indices lost to a pool
+    failure."""
+    done, order = {}, list(tasks)
+    try:
+        results = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+            joblib.delayed(_indexed_fit_group)(i, tasks[i]) for i in order)
+        for i, result in results:
+            done[i] = result
+    except Exception as exc:  # noqa: BLE001 - only a broken pool is recoverable; anything else is re-raised
+        if not _is_pool_failure(exc):
+            raise
+    return done, [i for i in order if i not in done]
+
+
+def fit_groups(net, X, y, classes) -> None:
+    """Fit (or continue) the chains in ``n_groups(net)`` joblib workers and merge them into ``net``.
+
+    Raises
+    ------
+    DivergenceError
+        If every chain of every group diverged (the draws kept before are merged first).
+    RuntimeError
+        If every group was lost to dead workers.
+    """
+    from .run import seed_base
+
+    fresh = not getattr(net, "shards_", None)
+    net._validate_fit_data(X, y, reset=fresh, classes=classes)  # bad data fails here, before any worker starts
+    if fresh:
+        base = seed_base(net.random_state)
+        groups = np.array_split(np.arange(int(net.n_chains)), n_groups(net))
+        shards = []
+        for g in groups:
+            shard = clone(net).set_params(n_chains=len(g), n_jobs=None, verbose=0)
+            shard.initialize()
+            shard.group_ = (base, int(g[0]))  # the chains' global indices: their seeds and streams
+            shards.append(shard)
+    else:
+        from .run import _same
+
+        shards = []
+        for shard in net.shards_:  # only what changed: skorch re-initialises the module on some settings
+            mine = shard.get_params(deep=False)
+            changed = {k: v for k, v in net.get_params(deep=False).items()
+                       if k not in ("n_chains", "n_jobs", "verbose", "callbacks") and not _same(v, mine.get(k))}
+            shards.append(shard.set_params(**changed) if changed else shard)
+    tasks = {i: (shard, X, y, classes) for i, shard in enumerate(shards)}
+    done, lost = _run(tasks, net.n_jobs)
+    for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
+        more, _ = _run({i: tasks[i]}, 2)
+        done.update(more)
+    lost = [i for i in sorted(tasks) if i not in done]
+    if len(lost) == len(tasks):
+        raise RuntimeError("every group of chains was lost: their worker processes died (killed, or out of "
+                           "memory); lower n_jobs, or fit fewer chains per process.")
+    kept = [done[i] for i in sorted(done)]
+    merge(net, [shard for shard, _ in kept], lost_chains=[c for i in lost for c in _chains(shards[i])])
+    errors = [err for _, err in kept if err is not None]
+    for err in errors:
+        if not isinstance(err, DivergenceError):
+            warnings.warn(f"a group of chains stopped early with {type(err).__name__}: {err}; its draws so far "
+                          "are kept.", ConvergenceWarning, stacklevel=3)
+    from .run import warn_status
+
+    if errors and len(errors) == len(kept) and all(isinstance(e, DivergenceError) for e in errors):
+        raise errors[0]  # every chain diverged (each group's error names its own); the draws kept are merged
+    warn_status(net)
+
+
+def _chains(shard) -> list[int]:
+    base, first = shard.group_
+    return list(range(first, first + int(shard.n_chains)))
+
+
+def merge(net, shards, lost_chains=()) -> None:
+    """Merge the groups' traces, statistics and reports into ``net``."""
+    net.shards_ = list(shards)
+    first = shards[0]
+    for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
+                 "input_shape_", "device_", "prior_", "sampler_", "n_train_", "history_", "plan_", "seed_",
+                 "data_fingerprint_", "fit_params_"):
+        if attr in vars(first):
+            setattr(net, attr, getattr(first, attr))
+    with net._current_init_context("module"):
+        net.module_ = first.module_
+    with net._current_init_context("criterion"):
+        net.criterion_ = first.criterion_
+    net.layout_ = type(first.layout_)(int(net.n_chains), first.layout_.members_per_chain)
+    net.first_chain_ = 0
+    net.trace_ = Trace.concatenate([shard.trace_ for shard in shards])
+    net.steps_planned_total_ = first.steps_planned_total_
+    # run-level diagnostics: means weighted by each group's number of chains (lists element-wise)
+    weights = np.array([shard.n_chains for shard in shards], dtype=float)
+    weights /= weights.sum()
+    summary = {}
+    for key, val in first.diagnostics_.items():
+        values = [shard.diagnostics_.get(key) for shard in shards]
+        if all(isinstance(v, (bool, np.bool_)) for v in values):
+            summary[key] = bool(any(values))
+        elif all(isinstance(v, (int, float, np.floating, np.integer)) for v in values):
+            mean = float(np.dot(weights, values))
+            summary[key] = int(round(mean)) if isinstance(val, (int, np.integer)) else mean
+        elif all(isinstance(v, (list, np.ndarray)) and len(v) == len(val) for v in values):
+            summary[key] = (weights @ np.asarray(values, dtype=float)).tolist()
+    from .run import convergence
+
+    net.convergence_ = convergence(net)
+    summary.pop("max_rhat", None), summary.pop("min_ess_bulk", None)
+    if net.convergence_:
+        summary["max_rhat"] = max(v["rhat"] for v in net.convergence_.values())
+        summary["min_ess_bulk"] = min(v["ess_bulk"] for v in net.convergence_.values())
+    net.diagnostics_ = summary
+    statuses = [shard.fit_status_ for shard in shards]
+    diverged = {c: d for s in statuses for c, d in s["diverged_chains"].items()}
+    rank = ["complete", "short", "interrupted", "diverged"]
+    status = max((s["status"] for s in statuses), key=rank.index)
+    net.fit_status_ = {
+        "status": status, "diverged_chains": diverged,
+        "stopped_by": next((s["stopped_by"] for s in statuses if s["stopped_by"]), None),
+        "lost_chains": list(lost_chains),
+        **{k: sum(s.get(k, 0) for s in statuses) for k in ("draws_kept", "draws_wanted", "draws_discarded")},
+        "steps_taken": max(s.get("steps_taken", 0) for s in statuses),
+        "steps_planned": max(s.get("steps_planned", 0) for s in statuses)}
+    if lost_chains:
+        warnings.warn(f"the worker process fitting chains {list(lost_chains)} died (killed, or out of memory): "
+                      "their draws are lost; the other chains' draws are kept.", ConvergenceWarning, stacklevel=3)

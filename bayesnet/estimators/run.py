@@ -1,0 +1,356 @@
+"""The machinery of a sampling run behind the estimators: seeds, the chains' start, continuation, the
+mini-batch stream, and the end-of-call report.
+
+Kept apart from :mod:`.base` (the scikit-learn/skorch protocol) so that each piece has one job:
+
+* :func:`start_chains` builds the network template, every member's initialisation, the posterior, the
+  sampler (configured with the :class:`~bayesnet.plan.RunPlan`), its state, the trace and the statistics;
+* :func:`continue_chains` checks what changed since the chains started and applies what a running chain
+  can honour;
+* :class:`PlannedBatches` is the mini-batch stream: it resumes mid-epoch and stops at the plan's step
+  budget, so that an interrupted fit continues exactly where it stopped;
+* :func:`finish_call` writes ``diagnostics_``, ``convergence_`` and ``fit_status_`` and raises the
+  warnings a user must see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import signal
+import threading
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_random_state
+
+from ..diagnostics import chain_summaries
+from ..plan import ChainLayout, RunPlan
+from ..posterior import ChainPosterior
+from ..priors import make_prior
+from ..samplers import ChainRandom, make_sampler, sampler_class
+from ..trace import StepStats, Trace
+
+__all__ = ["PlannedBatches", "start_chains", "continue_chains", "finish_call", "seed_base", "deferred_interrupt"]
+
+_GLOBAL_RNG_LOCK = threading.Lock()
+
+
+def seed_base(random_state) -> int:
+    """The base seed every stream of a fit derives from (an int ``random_state`` always gives the same)."""
+    return int(check_random_state(random_state).randint(0, 2**31 - 1))
+
+
+def _derived_seed(base: int, *key: int) -> int:
+    return int(np.random.SeedSequence(int(base), spawn_key=key).generate_state(1, dtype=np.uint32)[0])
+
+
+def fingerprint(X: np.ndarray, y: np.ndarray) -> str:
+    """A digest of the training data: a continued fit on other data drops the sampler's cached values."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in (X, y):
+        a = np.ascontiguousarray(a)
+        h.update(str((a.shape, a.dtype.str)).encode())
+        h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
+    return h.hexdigest()
+
+
+def resolve_batch_size(batch_size, n_data: int, full_batch: bool) -> int:
+    """Rows per mini-batch: ``-1`` is the full batch; ``"auto"`` is 128 for the stochastic-gradient samplers
+    and the full batch for samplers that declare ``full_batch`` (Metropolis tests need exact energies)."""
+    if batch_size == "auto":
+        batch_size = -1 if full_batch else 128
+    return n_data if batch_size == -1 else min(int(batch_size), n_data)
+
+
+def resolve_thinning(thinning, cls) -> int:
+    """``thinning="auto"`` is the sampler's ``default_thinning``."""
+    return int(cls.default_thinning) if thinning == "auto" else int(thinning)
+
+
+def make_plan(net, n_data: int, step_offset: int = 0) -> RunPlan:
+    cls = sampler_class(net.sampler)
+    probe = make_sampler(net.sampler, **net.get_params_for("sampler"))
+    return RunPlan(n_data=n_data, batch_size=resolve_batch_size(net.batch_size, n_data, cls.full_batch),
+                   burn_in=int(net.burn_in), n_draws=int(net.n_draws), thinning=resolve_thinning(net.thinning, cls),
+                   steps_per_draw=probe.steps_per_draw(), max_epochs=net.max_epochs,
+                   layout=ChainLayout(int(net.n_chains), probe.members_per_chain()), step_offset=step_offset)
+
+
+class PlannedBatches:
+    """Mini-batches of in-memory tensors by index selection, resuming mid-epoch and stopping at the budget.
+
+    skorch calls ``iterator(dataset, batch_size=...)`` once per ``fit_loop`` and iterates it once per epoch.
+    Each epoch continues the permutation saved in ``net.batch_cursor_`` when one is unfinished, else draws a
+    new one from ``net.data_generator_`` (a CPU generator); it yields batches while ``net.steps_remaining_``
+    is positive. An interrupted fit thus continues with the very batches it would have seen.
+
+    Parameters
+    ----------
+    dataset : TensorDataset
+    batch_size : int
+    net : BayesianNeuralNet
+        Holds the cursor, the generator and the step budget.
+    shuffle : bool, default=True
+    """
+
+    def __init__(self, dataset, batch_size: int, net=None, shuffle: bool = True):
+        self.tensors = dataset.tensors
+        self.n = len(self.tensors[0])
+        self.batch_size = min(int(batch_size), self.n)
+        self.net = net
+        self.shuffle = shuffle
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.batch_size)
+
+    def __iter__(self):
+        net = self.net
+        device = self.tensors[0].device
+        cursor = getattr(net, "batch_cursor_", None)
+        if cursor is None or cursor[1] >= self.n or len(cursor[0]) != self.n:
+            order = (torch.randperm(self.n, generator=net.data_generator_) if self.shuffle
+                     else torch.arange(self.n))
+            cursor = net.batch_cursor_ = [order, 0]
+        order = cursor[0].to(device)
+        while cursor[1] < self.n and net.steps_remaining_ > 0:
+            lo, hi = cursor[1], min(cursor[1] + self.batch_size, self.n)
+            cursor[1] = hi
+            idx = order[lo:hi]
+            yield tuple(t.index_select(0, idx) for t in self.tensors)
+
+
+def _build_members(net, n_members_per_chain: int, chains: range):
+    """Every packed member's initial parameters (network's then likelihood's), chain by chain, each chain from
+    its own seed: chain ``k`` starts where it would whichever chains run beside it. Returns the template
+    (module, likelihood) and the member list."""
+    members, template = [], None
+    # modules initialise from torch's global RNG: seed and build under a lock, so that fits running in threads
+    # (joblib's threading backend, an in-process dask cluster) cannot interleave their seeds
+    with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
+        for k in chains:
+            torch.manual_seed(_derived_seed(net.seed_, 3, k))
+            for _ in range(n_members_per_chain):
+                module, likelihood = net._build_module(), net._build_likelihood()
+                if template is None:
+                    template = (module, likelihood)
+                members.append([p for p in module.parameters() if p.requires_grad]
+                               + [p for p in likelihood.parameters() if p.requires_grad])
+    return template, members
+
+
+def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
+    """Start fresh chains on ``(X, y)`` (validated): everything a run needs, as fitted attributes."""
+    from .base import resolve_device
+
+    n_data = len(X)
+    net.device_ = resolve_device(net.device)
+    group = getattr(net, "group_", None)
+    net.seed_, net.first_chain_ = group if group is not None else (seed_base(net.random_state), 0)
+    plan = net.plan_ = make_plan(net, n_data)
+    net.layout_ = plan.layout
+    sampler = make_sampler(net.sampler, **net.get_params_for("sampler")).configure(plan)
+    if sampler.full_batch and plan.batch_size < n_data:
+        warnings.warn(f"{sampler.name} with mini-batches (batch_size={net.batch_size} < {n_data} rows): its "
+                      "Metropolis-Hastings test compares noisy energies and is no longer exact; use batch_size=-1 "
+                      "for an exact test.", UserWarning, stacklevel=4)
+    chains = range(net.first_chain_, net.first_chain_ + plan.layout.chains)
+    (module, likelihood), members = _build_members(net, plan.layout.members_per_chain, chains)
+    with net._current_init_context("module"):
+        net.module_ = module.to(net.device_)
+    with net._current_init_context("criterion"):
+        net.criterion_ = likelihood.to(net.device_)
+    net.prior_ = make_prior(net.prior_scale)
+    members = [[p.to(net.device_) for p in m] for m in members]
+    net.posterior_ = ChainPosterior(net.module_, net.criterion_, net.prior_, n_data, members)
+    net.data_generator_ = torch.Generator().manual_seed(_derived_seed(net.seed_, 0))
+    net.batch_cursor_ = None
+    rng = ChainRandom(net.seed_, plan.layout.chains, net.device_, first_chain=net.first_chain_)
+    net.sampler_ = sampler
+    net.sampler_state_ = sampler.init(net.posterior_.parameters, rng, n_chains=plan.layout.chains)
+    S = net.posterior_.n_members
+    net.trace_ = Trace(net.n_draws, burn_in=plan.burn_in, thinning=plan.thinning, n_slots=S, chain_axis=True)
+    net.step_stats_ = StepStats(sampler.stats, S, plan.burn_in, net.device_)
+    net.divergence_state_ = None
+    net.fit_status_ = {"status": "running", "diverged_chains": {}, "stopped_by": None}
+    net.fit_params_ = {k: v for k, v in net.get_params(deep=False).items()}
+    net.data_fingerprint_ = fingerprint(X, y)
+    net.n_train_ = n_data
+    net.steps_planned_total_ = plan.total_steps
+
+
+# settings a running chain can take, and what applying them means; any other change needs a new fit
+_HONOURED = {"n_draws", "thinning", "max_epochs", "batch_size", "prior_scale", "noise_shape", "noise_scale",
+             "verbose", "callbacks", "warm_start", "n_jobs"}
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # arrays, objects without a usable ==
+        return repr(a) == repr(b)
+
+
+def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
+    """Continue the chains on ``(X, y)``: apply the changed settings a running chain can honour; refuse, with
+    the advice to refit, those it cannot.
+
+    Raises
+    ------
+    ValueError
+        On a changed architecture, ``burn_in``, ``n_chains``, ``device``, ``random_state`` or sampler class, or a
+        sampler whose chain layout changed.
+    """
+    now = net.get_params(deep=False)
+    old = net.fit_params_
+    changed = {k for k in now if k in old and not _same(now[k], old[k]) and not k.startswith("sampler__")
+               and not k.startswith(("iterator_", "callbacks__"))}
+    if "sampler" in changed and sampler_class(now["sampler"]) is type(net.sampler_):
+        changed.discard("sampler")
+    refused = sorted(changed - _HONOURED)
+    if refused:
+        detail = ", ".join(f"{k}={now[k]!r} (was {old[k]!r})" for k in refused)
+        raise ValueError(f"partial_fit cannot continue the chains with changed {detail}: the chains were started "
+                         f"with the old value(s); call fit() to start new chains (with warm_start=False).")
+    sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
+    if sampler.members_per_chain() != net.layout_.members_per_chain:
+        raise ValueError(f"partial_fit cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
+                         f"sampler of {sampler.members_per_chain()}; call fit() to start new chains.")
+    net.sampler_ = sampler.configure(net.plan_)
+    if "prior_scale" in changed:
+        net.prior_ = net.posterior_.prior = make_prior(net.prior_scale)
+    for key in ("noise_shape", "noise_scale"):
+        if key in changed:
+            setattr(net.criterion_, key, float(now[key]))
+    if changed & {"n_draws", "thinning"}:
+        net.trace_.reconfigure(n_draws=int(net.n_draws),
+                               thinning=resolve_thinning(net.thinning, type(net.sampler_)))
+    new_data = fingerprint(X, y)
+    if new_data != net.data_fingerprint_:
+        net.sampler_.reset_cache(net.sampler_state_)
+        net.posterior_.n_data = net.n_train_ = len(X)
+        net.batch_cursor_ = None
+        if net.divergence_state_ is not None:  # the potential's level changes with the data
+            net.divergence_state_["reference"] = None
+            net.divergence_state_["ref_n"] = 0
+        net.data_fingerprint_ = new_data
+    if "batch_size" in changed:
+        net.batch_cursor_ = None
+    net.fit_params_.update({k: now[k] for k in changed})
+    step = int(net.sampler_state_.step)
+    if step < net.steps_planned_total_:
+        return  # an interrupted run continues to its planned length (under the new settings, if any)
+    # a completed run: n_draws more draws per chain (or max_epochs more epochs), no new burn-in
+    plan = make_plan(net, len(X))
+    extra = plan.n_steps if net.max_epochs is not None else \
+        int(math.ceil(plan.n_draws * plan.thinning * plan.steps_per_draw))
+    net.steps_planned_total_ = step + extra
+
+
+@contextlib.contextmanager
+def deferred_interrupt(net):
+    """Within the run, Ctrl-C ends the current sampler step before it stops the fit (so that the chain's state
+    stays consistent and ``partial_fit`` continues exactly); a second Ctrl-C stops at once. Only in the main
+    thread (elsewhere signals are not delivered to Python code)."""
+    net.interrupt_requested_ = False
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if net.interrupt_requested_:
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        net.interrupt_requested_ = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def summarise(net) -> dict:
+    """``diagnostics_``: the sampler's declared statistics reduced over the steps after burn-in (chains that
+    diverged left out), its run-level state summary, the step count, and the worst R-hat and ESS."""
+    alive = np.ones(net.posterior_.n_members, dtype=bool)
+    state = getattr(net, "divergence_state_", None)
+    if state is not None:
+        alive = np.repeat(state["alive"], net.layout_.members_per_chain)
+    summary = net.step_stats_.summaries(alive)
+    summary["n_steps"] = int(net.sampler_state_.step)
+    summary.update(net.sampler_.state_summary(net.sampler_state_))
+    net.convergence_ = convergence(net)
+    if net.convergence_:
+        summary["max_rhat"] = max(v["rhat"] for v in net.convergence_.values())
+        summary["min_ess_bulk"] = min(v["ess_bulk"] for v in net.convergence_.values())
+    return summary
+
+
+def convergence(net) -> dict:
+    """Rank-normalised split R-hat and bulk ESS of the potential and three fixed random projections of the
+    weights, over the draws of all chains (the slots with draws, cut to a common length)."""
+    trace = getattr(net, "trace_", None)
+    if trace is None or len(trace) == 0:
+        return {}
+    return chain_summaries(trace.as_array(), trace.as_array(potentials=True))
+
+
+def finish_call(net, interrupted: bool) -> None:
+    """After a call: summaries and the run's status (``fit_status_``); a ConvergenceWarning for anything short
+    of a complete run (groups of chains in workers leave the warning to the estimator that merges them)."""
+    net.diagnostics_ = summarise(net)
+    status = net.fit_status_
+    trace = net.trace_
+    status.update(steps_taken=int(net.sampler_state_.step), steps_planned=int(net.steps_planned_total_),
+                  draws_kept=int(len(trace)), draws_wanted=int(net.n_draws * trace.n_slots),
+                  draws_discarded=int(trace.discarded_per_slot.sum()))
+    if status["status"] != "diverged":
+        quota_done = status.get("stopped_by") == "draws collected"
+        status["status"] = "interrupted" if interrupted and not quota_done else "complete"
+        if status["status"] == "interrupted":
+            status["stopped_by"] = "interrupt"
+        kept = trace.stored_per_slot[trace.active]
+        if status["status"] == "complete" and (kept.size == 0 or kept.min() < net.n_draws):
+            status["status"] = "short"
+    if getattr(net, "group_", None) is None:
+        warn_status(net)
+
+
+def warn_status(net) -> None:
+    """A ConvergenceWarning that names the figure and the fix, for an interrupted run, chains that diverged,
+    or fewer draws than asked for."""
+    status, trace = net.fit_status_, net.trace_
+    step, planned = status["steps_taken"], status["steps_planned"]
+    state = getattr(net, "sampler_state_", None)
+    if state is None and getattr(net, "shards_", None):
+        state = net.shards_[0].sampler_state_
+    messages = []
+    if status["status"] == "interrupted":
+        messages.append(f"the fit was interrupted at step {step} of {planned} planned, with {len(trace)} draws "
+                        "kept; partial_fit continues the planned run where it stopped.")
+    diverged = status["diverged_chains"]
+    if diverged and status["status"] != "diverged":
+        detail = "; ".join(f"chain {c} at step {d['step']} ({d['draws_kept']} draws kept, {d['draws_discarded']} "
+                           f"discarded)" for c, d in sorted(diverged.items()))
+        messages.append(f"{len(diverged)} of {net.n_chains} chains diverged and stopped taking draws: {detail}. "
+                        f"The other chains finished. Reduce the step size "
+                        f"({net.sampler_.divergence_hint(state)}) or standardise the "
+                        "inputs.")
+    if status["status"] == "short":
+        kept = trace.stored_per_slot[trace.active]
+        least = int(kept.min()) if kept.size else 0
+        hint = net.sampler_.shortfall_hint(state) if state is not None else ""
+        reason = (f" {net.sampler_.name}: {hint}" if hint else
+                  " max_epochs is shorter than burn_in + n_draws * thinning steps: run longer, or call partial_fit "
+                  "to continue the chains.")
+        unfitted = " No draw was kept, so the estimator is not fitted." if len(trace) == 0 else ""
+        messages.append(f"{least} of n_draws={net.n_draws} draws were kept per chain in {step} steps.{reason}"
+                        f"{unfitted}")
+    for message in messages:
+        warnings.warn(message, ConvergenceWarning, stacklevel=4)
