@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  bayesnet fit\n"
                "  bayesnet fit --dataset sunspots --model rnn --set hidden_size=16\n"
                "  bayesnet fit --data d.csv --target y --task regression --sampler sgld --step-size 5e-5\n"
-               "  bayesnet fit --data digits.csv --target label --model cnn --input-shape 1,8,8 --set channels=(8,)\n"
+               "  bayesnet fit --data digits.csv --target label --model cnn --input-shape 1,8,8 --set channels=8,8\n"
                "  bayesnet fit --data d.csv --target y --set sampler__friction=0.1 --set prior_scale=0.5")
     data = f.add_argument_group("data")
     data.add_argument("--data", metavar="CSV",
@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "signals of the feature columns; rnn: univariate sequences, one column per time step)")
     model.add_argument("--set", dest="set_params", type=_key_value, action="append", default=[],
                        metavar="KEY=VALUE",
-                       help="any estimator parameter (prior_scale=0.5, activation=tanh, channels=(8,8) for the "
+                       help="any estimator parameter (prior_scale=0.5, activation=tanh, channels=8,8 for the "
                             "cnn, hidden_size=32 or cell=gru for the rnn, ...) or sampler hyperparameter "
                             "(sampler__NAME=VALUE, e.g. sampler__friction=0.1); repeatable; VALUE is read as a "
                             "Python literal (number, tuple, None, True), otherwise as a string "
@@ -517,6 +517,7 @@ def _read_csv(path: str, option: str = "--data: file"):
         raise _CLIError(f"{path} is not a text CSV file (it is not UTF-8).") from None
     except OSError as exc:
         raise _CLIError(f"cannot read {path}: {exc.strerror or exc}.") from None
+    raw = raw.fillna("")  # missing fields of short rows (NaN in some pandas versions): see _raise_if_short_rows
     names = [str(n).strip() for n in raw.iloc[0]]
     unnamed = [i + 1 for i, n in enumerate(names) if not n]
     if unnamed:
