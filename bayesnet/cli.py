@@ -444,7 +444,8 @@ def _fit_settings(args) -> dict:
         error(prefix + _cli_words(str(exc), given))
     est = cls(**params)
     try:
-        est._validate_hyperparameters()  # scikit-learn parameter constraints of the estimator
+        # the estimator's scikit-learn parameter constraints (private; partial_fit checks them again anyway)
+        getattr(est, "_validate_hyperparameters", lambda: None)()
         make_prior(params["prior_scale"])
     except (TypeError, ValueError) as exc:
         error(_cli_words(str(exc), given))
@@ -583,6 +584,9 @@ def _target_cells(path: str, names: list[str], body, target: str):
     if target not in names:
         close = difflib.get_close_matches(target, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
+        separators = [sep for sep in (";", "\t", "|") if len(names) == 1 and sep in names[0]]
+        if separators:
+            hint = f" (the header reads as one column: is the file separated by {separators[0]!r}? only commas are)"
         raise _CLIError(f"--target: column {target!r} is not in {path}{hint}; its columns are "
                         f"{', '.join(names)}.")
     text = body.iloc[:, names.index(target)]

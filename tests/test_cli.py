@@ -78,6 +78,8 @@ def _rows(kind):
         header, rows = ["label"], [[r[3]] for r in rows]
     elif kind == "unnamed_column":
         header = ["", "b", "c", "label"]
+    elif kind == "semicolons":
+        header, rows = [";".join(header)], [[";".join(r)] for r in rows]
     return header, rows
 
 
@@ -101,6 +103,7 @@ DATA_CASES = [
     ("no feature columns", "target_only", [], r"has no feature columns besides the target 'label'"),
     ("unnamed column", "unnamed_column", [], r"column\(s\) \[1\] have no name in the header row"),
     ("missing target column", None, ["--target", "lbl"], r"column 'lbl' is not in .* \(did you mean 'label'\?\)"),
+    ("semicolon-separated file", "semicolons", [], r"the header reads as one column: is the file separated by ';'"),
 ]
 
 
