@@ -252,7 +252,8 @@ def test_help_shows_a_default_for_every_option(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert exit_info.value.code == 0
     for shown in ("(default: 0.3)", "(default: breast_cancer)", "(default: sghmc)",
-                  "(default: 0.0001 (breast_cancer, CSV)", "(default: mlp)", "(default: bayesnet-model.joblib)", "(default: 0.95)"):
+                  "(default: 0.0001 (breast_cancer, CSV)", "(default: mlp)", "(default: bayesnet-model.joblib)",
+                  "(default: 0.95)"):
         assert shown in out, shown
 
 
