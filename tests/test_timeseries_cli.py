@@ -1,6 +1,4 @@
-"""Takens embedding, the forecasting helper and the command line."""
-
-import csv
+"""Takens embedding and the forecasting helper (the command line is tested in test_cli.py)."""
 
 import numpy as np
 import pytest
@@ -9,7 +7,6 @@ from sklearn.model_selection import GridSearchCV, TimeSeriesSplit
 from sklearn.pipeline import make_pipeline
 
 from bayesnet import TakensEmbedding, make_forecasting_windows
-from bayesnet.cli import main
 from bayesnet.datasets import load_sunspots
 
 
@@ -33,61 +30,3 @@ def test_gridsearch_tunes_embedding():
                         {"takensembedding__dimension": [2, 4], "takensembedding__delay": [1, 3]},
                         cv=TimeSeriesSplit(3)).fit(X, y)
     assert grid.best_params_["takensembedding__dimension"] in (2, 4)
-
-
-def test_cli_fit_and_predict_csv(tmp_path, capsys):
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(120, 3))
-    y = np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
-    path = tmp_path / "d.csv"
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["a", "b", "c", "label"])
-        w.writerows([[*row, lab] for row, lab in zip(X, y)])
-    model = tmp_path / "m.joblib"
-    assert main(["fit", "--data", str(path), "--target", "label", "--n-draws", "10", "--burn-in", "100",
-                 "--thinning", "2", "--hidden", "8", "--n-chains", "2", "--quiet", "--output", str(model)]) == 0
-    out = capsys.readouterr().out
-    assert "test accuracy" in out and "expected calib. error" in out and "from 2 chains" in out
-    preds = tmp_path / "p.csv"
-    assert main(["predict", str(model), "--data", str(path), "--output", str(preds)]) == 0
-    rows = list(csv.reader(open(preds)))
-    assert rows[0][:3] == ["row", "prediction", "proba_no"] and len(rows) == 121
-
-
-def test_cli_forecast_bundled_sunspots(tmp_path, capsys):
-    model = tmp_path / "s.joblib"
-    assert main(["fit", "--dataset", "sunspots", "--n-draws", "20", "--burn-in", "300", "--thinning", "2",
-                 "--quiet", "--output", str(model)]) == 0
-    out = capsys.readouterr().out
-    assert "test RMSE" in out and "interval coverage" in out
-    series = tmp_path / "series.csv"
-    with open(series, "w") as fh:
-        fh.write("spots\n" + "\n".join(str(v) for v in load_sunspots()[:30]))
-    assert main(["predict", str(model), "--data", str(series), "--column", "spots"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "row,prediction,std,lower,upper" and len(lines) == 1 + 30 - 4 + 1
-
-
-def test_cli_predict_uses_the_fitted_column_order(tmp_path):
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(80, 2))
-    y = X[:, 0] * 3.0
-    train = tmp_path / "train.csv"
-    with open(train, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["a", "b", "y"])
-        w.writerows([[*r, t] for r, t in zip(X, y)])
-        fh.write("\n")  # a trailing blank line is ignored
-    model = tmp_path / "m.joblib"
-    assert main(["fit", "--data", str(train), "--target", "y", "--task", "regression", "--n-draws", "5",
-                 "--burn-in", "50", "--thinning", "2", "--hidden", "4", "--quiet", "--output", str(model)]) == 0
-    swapped = tmp_path / "swapped.csv"
-    with open(swapped, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["b", "a"])
-        w.writerows([[r[1], r[0]] for r in X[:5]])
-    out1, out2 = tmp_path / "p1.csv", tmp_path / "p2.csv"
-    main(["predict", str(model), "--data", str(train), "--output", str(out1)])
-    main(["predict", str(model), "--data", str(swapped), "--output", str(out2)])
-    assert list(csv.reader(open(out1)))[1:6] == list(csv.reader(open(out2)))[1:6]

@@ -1,0 +1,489 @@
+"""The ``bayesnet`` command line: every bad input or fault gets an exit code and a one-line message before any
+sampling (or, for a fit that stops early, a saved partial model); the MLP, CNN and RNN run end to end."""
+
+import csv
+import os
+import re
+import signal
+
+import joblib
+import numpy as np
+import pytest
+
+from bayesnet import BayesianMLPClassifier
+from bayesnet import cli
+from bayesnet.cli import build_parser, main
+from bayesnet.datasets import load_sunspots
+
+TINY = ["--n-draws", "5", "--burn-in", "50", "--thinning", "1", "--quiet"]
+
+
+def _write(path, header, rows):
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+def _data(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3)).round(4)
+    return X, np.where(X[:, 0] + X[:, 1] > 0, "yes", "no"), (2 * X[:, 0] - X[:, 2]).round(4)
+
+
+@pytest.fixture
+def good_csv(tmp_path):
+    X, labels, _ = _data()
+    return _write(tmp_path / "good.csv", ["a", "b", "c", "label"], [[*r, t] for r, t in zip(X, labels)])
+
+
+@pytest.fixture
+def fitted(tmp_path, good_csv):
+    """A small fitted classifier's model file, and the CSV it was fitted on."""
+    model = str(tmp_path / "m.joblib")
+    assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--hidden", "4", "--output", model]) == 0
+    return model, good_csv
+
+
+# ---------------------------------------------------------------------- #
+# bad files and data: `error: ...` on one line, exit code 2, no fit started
+# ---------------------------------------------------------------------- #
+def _rows(kind):
+    """(header, rows) of the good classification data with one defect."""
+    X, labels, targets = _data()
+    header, rows = ["a", "b", "c", "label"], [[*map(str, r), t] for r, t in zip(X, labels)]
+    if kind == "duplicate":
+        header = ["a", "b", "a", "label"]
+    elif kind == "empty_target":
+        rows[4][3] = rows[9][3] = ""
+    elif kind == "nan_target":
+        header, rows = ["a", "b", "c", "y"], [[*map(str, r), str(t)] for r, t in zip(X, targets)]
+        rows[26][3] = "nan"  # a test-split row (random_state=0): was "test RMSE nan", exit code 0
+    elif kind == "nan_feature":
+        rows[6][1] = "nan"
+    elif kind == "text_feature":
+        rows[6][1] = "abc"
+    elif kind == "inf_feature":
+        rows[10][2] = "inf"
+    elif kind == "ragged_long":
+        rows[7].append("9.9")
+    elif kind == "ragged_short":
+        rows[7] = rows[7][:2]
+    elif kind == "single_class":
+        rows = [[*r[:3], "yes"] for r in rows]
+    elif kind == "lonely_class":
+        rows[0][3] = "maybe"
+    elif kind == "target_only":
+        header, rows = ["label"], [[r[3]] for r in rows]
+    elif kind == "unnamed_column":
+        header = ["", "b", "c", "label"]
+    elif kind == "semicolons":
+        header, rows = [";".join(header)], [[";".join(r)] for r in rows]
+    return header, rows
+
+
+DATA_CASES = [
+    # id, defect, extra options, message
+    ("duplicate column names", "duplicate", [], r"duplicate column names: 'a' \(columns 1, 3\)"),
+    ("empty target cells", "empty_target", [], r"target column 'label' .* is missing in 2 of 60 rows, the first on "
+                                                r"line 6 \(an empty cell\)"),
+    ("NaN target in the test split", "nan_target", ["--target", "y", "--task", "regression"],
+     r"target column 'y' .* is missing in 1 of 60 rows, the first on line 28 \('nan'\)"),
+    ("'nan' in a feature cell", "nan_feature", [], r"feature column 'b' .* 1 missing, non-numeric or infinite "
+                                                   r"value\(s\), the first on line 8: 'nan'"),
+    ("text in a feature cell", "text_feature", [], r"feature column 'b' .* the first on line 8: 'abc'"),
+    ("inf in a feature cell", "inf_feature", [], r"feature column 'c' .* the first on line 12: 'inf'"),
+    ("ragged row, extra field", "ragged_long", [], r"line 9 has 5 fields but the header has 4 \(ragged rows\)"),
+    ("ragged row, missing field", "ragged_short", [], r"line 9 has 2 fields but the header has 4 \(ragged rows\)"),
+    ("string target with --task regression", None, ["--task", "regression"],
+     r"--task regression needs a numeric target, but column 'label' holds 'no' on line 2 \(60 such rows\)"),
+    ("single-class target", "single_class", [], r"has a single class, 'yes'; classification needs at least two"),
+    ("class with a single row", "lonely_class", [], r"1 class\(es\) have a single row \('maybe'\)"),
+    ("no feature columns", "target_only", [], r"has no feature columns besides the target 'label'"),
+    ("unnamed column", "unnamed_column", [], r"column\(s\) \[1\] have no name in the header row"),
+    ("missing target column", None, ["--target", "lbl"], r"column 'lbl' is not in .* \(did you mean 'label'\?\)"),
+    ("semicolon-separated file", "semicolons", [], r"the header reads as one column: is the file separated by ';'"),
+]
+
+
+@pytest.mark.parametrize("defect, extra, message", [c[1:] for c in DATA_CASES], ids=[c[0] for c in DATA_CASES])
+def test_bad_data_is_refused_before_the_fit(tmp_path, capsys, defect, extra, message):
+    header, rows = _rows(defect)
+    path = _write(tmp_path / "d.csv", header, rows)
+    args = ["fit", "--data", path, "--target", "label", *TINY, "--output", str(tmp_path / "m.joblib")]
+    assert main(args + extra) == 2
+    out, err = capsys.readouterr()
+    assert re.search(r"^error: .*" + message, err), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "bayesnet:" not in out  # refused before the fit began
+    assert not os.path.exists(tmp_path / "m.joblib")
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, r"--data: file '.*nope\.csv' not found"),
+    ("", r"is empty"),
+    ("a,b,label\n", r"has a header row but no data rows"),
+    ("a,b,label\n\n\n", r"has a header row but no data rows"),
+], ids=["missing file", "empty file", "header only", "header and blank lines"])
+def test_missing_or_empty_files(tmp_path, capsys, content, message):
+    path = tmp_path / "nope.csv"
+    if content is not None:
+        path.write_text(content)
+    assert main(["fit", "--data", str(path), "--target", "label", *TINY]) == 2
+    assert re.search(r"^error: .*" + message, capsys.readouterr().err)
+
+
+def test_forecast_series_too_short(tmp_path, capsys):
+    path = _write(tmp_path / "s.csv", ["value"], [[v] for v in np.sin(np.arange(12))])
+    assert main(["fit", "--data", path, "--target", "value", "--task", "forecast", "--dimension", "20", *TINY]) == 2
+    assert "too few for --dimension 20 x --delay 1 = 20 lags" in capsys.readouterr().err
+
+
+def test_input_shape_must_hold_the_feature_columns(tmp_path, capsys, good_csv):
+    assert main(["fit", "--data", good_csv, "--target", "label", "--model", "cnn", "--input-shape", "1,2,2",
+                 *TINY]) == 2
+    assert "--input-shape 1,2,2 holds 4 values per row, but the data has 3 feature columns" in \
+        capsys.readouterr().err
+
+
+def test_output_folder_is_checked_before_the_fit(tmp_path, capsys, good_csv):
+    assert main(["fit", "--data", good_csv, "--target", "label", *TINY,
+                 "--output", str(tmp_path / "no" / "m.joblib")]) == 2
+    out, err = capsys.readouterr()
+    assert "does not exist" in err and "bayesnet:" not in out
+
+
+def test_bad_network_setting_found_when_the_network_is_built(tmp_path, capsys, good_csv):
+    assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "hidden_layer_sizes=(0,)",
+                 "--output", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --set hidden_layer_sizes: hidden_layer_sizes must be positive integers")
+
+
+# ---------------------------------------------------------------------- #
+# bad options: argparse's usage and `bayesnet fit: error: ...`, exit code 2
+# ---------------------------------------------------------------------- #
+OPTION_CASES = [
+    (["--level", "1.5"], "argument --level: must be strictly between 0 and 1, got 1.5"),
+    (["--level", "0"], "argument --level: must be strictly between 0 and 1, got 0"),
+    (["--test-size", "1.5"], "argument --test-size: must be strictly between 0 and 1"),
+    (["--n-draws", "0"], "argument --n-draws: must be an integer >= 1, got 0"),
+    (["--burn-in", "-1"], "argument --burn-in: must be an integer >= 0, got -1"),
+    (["--thinning", "0"], "argument --thinning: expected a positive integer or auto"),
+    (["--batch-size", "0"], "argument --batch-size: expected a positive integer or auto, full"),
+    (["--hidden", "0"], "argument --hidden: must be an integer >= 1, got 0"),
+    (["--n-chains", "0"], "argument --n-chains: must be an integer >= 1"),
+    (["--n-jobs", "0"], "argument --n-jobs: must be a positive number of workers"),
+    (["--step-size", "-1"], "argument --step-size: must be > 0, got -1"),
+    (["--step-size", "nan"], "argument --step-size: expected a finite number, got 'nan'"),
+    (["--device", "foo"], "argument --device: expected cpu, cuda, cuda:N, mps or auto"),
+    (["--random-state", "-1"], "argument --random-state: must be an integer in [0, 4294967295]"),
+    (["--sampler", "nuts"], "argument --sampler: invalid choice: 'nuts'"),
+    (["--model", "transformer"], "argument --model: invalid choice: 'transformer'"),
+    (["--input-shape", "1,x"], "argument --input-shape: expected 2 or 3 positive integers"),
+    (["--set", "prior_scale"], "argument --set: expected KEY=VALUE"),
+    (["--sampler", "sgld", "--friction", "0.1"],
+     "--friction: the sgld sampler has no hyperparameter 'friction'; its hyperparameters are step_size, "
+     "temperature (set them with --set sampler__NAME=VALUE)"),
+    (["--set", "step_size=1e-3"], "--set step_size: BayesianMLPClassifier has no parameter 'step_size' that the "
+                                  "command line can set; step_size is a hyperparameter of the sghmc sampler: "
+                                  "--set sampler__step_size=..."),
+    (["--set", "prior_scal=0.5"], "did you mean --set prior_scale=...?"),
+    (["--set", "lr=0.1"], "--set lr: BayesianMLPClassifier has no parameter 'lr' that the command line can set"),
+    (["--set", "sampler__frction=0.1"], "--set sampler__frction: the sghmc sampler has no hyperparameter 'frction'"),
+    (["--set", "prior_scale=-1"], "--set prior_scale: prior scale must be a finite number > 0, got -1"),
+    (["--set", "max_epochs=0"], "--set max_epochs must be an int in the range [1, inf) or None. Got 0 instead."),
+    (["--set", "sampler__friction=-1"], "--set sampler__friction: sghmc: friction must be > 0, got -1"),
+    (["--sampler", "sghmc", "--friction", "2"], "--friction: sghmc: friction must be in (0, 1], got 2.0"),
+    (["--set", "sampler=nuts"], "--set sampler=nuts: unknown sampler"),
+    (["--step-size", "1e-4", "--set", "sampler__step_size=1e-3"], "--set sampler__step_size repeats --step-size"),
+    (["--set", "prior_scale=1", "--set", "prior_scale=2"], "--set prior_scale was given twice"),
+    (["--input-shape", "1,1,3"], "--input-shape applies to --model cnn or rnn"),
+    (["--model", "rnn", "--input-shape", "1,1,3"], "--input-shape for the rnn is T,F"),
+    (["--dimension", "3"], "--dimension and --delay apply to forecasting only"),
+    (["--dataset", "sunspots"], "give either --data or --dataset, not both"),
+]
+
+
+@pytest.mark.parametrize("options, message", OPTION_CASES, ids=[" ".join(c[0]) for c in OPTION_CASES])
+def test_bad_options_are_refused_by_argparse(capsys, good_csv, options, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--data", good_csv, "--target", "label", *TINY, *options])
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("bayesnet fit: error: ") and message in last, err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fit", "--target", "label"], "--target applies to --data"),
+    (["fit", "--task", "regression"], "--task applies to --data"),
+    (["fit", "--data", "x.csv"], "--target is required with --data"),
+    (["predict", "m.joblib", "--data", "x.csv", "--level", "2"], "argument --level: must be strictly between 0 and 1"),
+    (["predict", "m.joblib"], "the following arguments are required: --data"),
+])
+def test_option_combinations(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cuda_without_cuda_is_refused_before_reading(capsys, good_csv, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        main(["fit", "--data", good_csv, "--target", "label", *TINY, "--device", "cuda"])
+    assert "--device cuda: CUDA is not available on this machine" in capsys.readouterr().err
+
+
+def test_help_shows_a_default_for_every_option(capsys):
+    subcommands = build_parser()._subparsers._group_actions[0].choices
+    for name, sub in subcommands.items():
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings[0]} has no help"
+                assert "default" in formatter._expand_help(action), f"{name} {action.option_strings[0]}"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert exit_info.value.code == 0
+    for shown in ("(default: 0.3)", "(default: breast_cancer)", "(default: sghmc)",
+                  "(default: 0.0001 (breast_cancer, CSV)", "(default: mlp)", "(default: bayesnet-model.joblib)",
+                  "(default: 0.95)"):
+        assert shown in out, shown
+
+
+# ---------------------------------------------------------------------- #
+# model files
+# ---------------------------------------------------------------------- #
+def test_predict_refuses_a_pickle_without_allow_pickle_and_runs_no_code(tmp_path, capsys, good_csv):
+    marker = tmp_path / "payload-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    evil = tmp_path / "evil.joblib"
+    joblib.dump({"model": Payload(), "meta": {}}, evil)
+    assert main(["predict", str(evil), "--data", good_csv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "loading a pickle can execute arbitrary code" in err
+    assert "--allow-pickle" in err and "trust" in err
+    assert not marker.exists()
+    # with the flag the user takes responsibility; a pickle that is no bayesnet model is still refused
+    assert main(["predict", str(evil), "--data", good_csv, "--allow-pickle"]) == 2
+    assert "not a bayesnet model file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"a,b,c\n1,2,3\n", b"", b"\x00\x01garbage"], ids=["csv", "empty", "binary"])
+def test_predict_on_a_file_that_is_not_a_model(tmp_path, capsys, good_csv, content):
+    path = tmp_path / "not-a-model.joblib"
+    path.write_bytes(content)
+    assert main(["predict", str(path), "--data", good_csv, "--allow-pickle"]) == 2
+    assert "is not a bayesnet model file" in capsys.readouterr().err
+
+
+def test_predict_missing_files_and_bad_data(tmp_path, capsys, fitted):
+    model, data = fitted
+    assert main(["predict", str(tmp_path / "nope.joblib"), "--data", data]) == 2
+    assert "model file '" in capsys.readouterr().err
+    assert main(["predict", model, "--allow-pickle", "--data", str(tmp_path / "nope.csv")]) == 2
+    assert "--data: file '" in capsys.readouterr().err
+    lacking = _write(tmp_path / "lacking.csv", ["a", "c"], [[1, 2]])
+    assert main(["predict", model, "--allow-pickle", "--data", lacking]) == 2
+    assert "lacks the feature column(s) 'b'" in capsys.readouterr().err
+    header, rows = _rows("nan_feature")
+    bad = _write(tmp_path / "bad.csv", header, rows)
+    assert main(["predict", model, "--allow-pickle", "--data", bad]) == 2
+    assert "feature column 'b'" in capsys.readouterr().err
+    assert main(["predict", model, "--allow-pickle", "--data", data, "--column", "a"]) == 2
+    assert "--column applies to forecast models" in capsys.readouterr().err
+
+
+def test_save_and_load_go_through_the_two_functions(tmp_path, fitted):
+    model_path, _ = fitted
+    with pytest.raises(cli._CLIError, match="--allow-pickle"):
+        cli._load_model(model_path, allow_pickle=False)
+    model, meta = cli._load_model(model_path, allow_pickle=True)
+    assert meta["features"] == ["a", "b", "c"] and meta["model"] == "mlp" and meta["partial"] is None
+    copy = str(tmp_path / "copy.joblib")
+    cli._save_model(copy, model, meta)
+    assert cli._load_model(copy, allow_pickle=True)[1] == meta and not os.path.exists(copy + ".part")
+
+
+# ---------------------------------------------------------------------- #
+# fits that stop early: a partial model is saved and the exit code says so
+# ---------------------------------------------------------------------- #
+def test_divergence_saves_the_draws_as_a_partial_fit(tmp_path, capsys, good_csv):
+    model = str(tmp_path / "m.joblib")
+    code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "20", "--burn-in", "0",
+                 "--thinning", "1", "--hidden", "4", "--quiet", "--step-size", "10", "--output", model])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: the fit diverged: the sghmc chain diverged at step")
+    assert "(now --step-size 10)" in err and "sampler__" not in err and "trace_" not in err
+    assert f"were saved to {model} as a partial fit" in err and "Traceback" not in err
+    saved, meta = cli._load_model(model, allow_pickle=True)
+    assert meta["partial"].startswith("diverged") and saved[-1].n_draws_ > 0
+    assert main(["predict", model, "--allow-pickle", "--data", good_csv]) == 0
+    out, err = capsys.readouterr()
+    assert "is a partial fit (diverged" in err and len(out.strip().splitlines()) == 61
+
+
+def test_divergence_before_any_draw_saves_nothing(tmp_path, capsys, good_csv):
+    model = tmp_path / "m.joblib"
+    code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "5", "--burn-in", "50",
+                 "--thinning", "1", "--hidden", "4", "--quiet", "--step-size", "10", "--output", str(model)])
+    assert code == 3 and "nothing was saved" in capsys.readouterr().err and not model.exists()
+
+
+def test_ctrl_c_saves_a_partial_fit_and_exits_130(tmp_path, capsys, good_csv, monkeypatch):
+    step = BayesianMLPClassifier.train_step
+    calls = []
+
+    def interrupted_step(self, batch, **kw):  # a real SIGINT, as Ctrl-C sends, in the middle of sampling
+        calls.append(1)
+        if len(calls) == 30:
+            os.kill(os.getpid(), signal.SIGINT)
+        return step(self, batch, **kw)
+
+    monkeypatch.setattr(BayesianMLPClassifier, "train_step", interrupted_step)
+    before = signal.getsignal(signal.SIGINT)
+    model = str(tmp_path / "m.joblib")
+    code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "50", "--burn-in", "10",
+                 "--thinning", "1", "--hidden", "4", "--quiet", "--output", model])
+    assert code == 130 and signal.getsignal(signal.SIGINT) is before
+    out, err = capsys.readouterr()
+    # the signal arrives before the 30th step: 29 steps, the last 19 of them after burn-in, all kept
+    assert err.startswith("interrupted (Ctrl-C) after 29 sampler steps.") and "as a partial fit" in err
+    assert "test accuracy" not in out
+    saved, meta = cli._load_model(model, allow_pickle=True)
+    assert meta["partial"] == "interrupted after 29 sampler steps; 19 draws" and saved[-1].n_draws_ == 19
+
+
+def test_ctrl_c_outside_the_fit(capsys, good_csv, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_read_csv", interrupted)
+    assert main(["fit", "--data", good_csv, "--target", "label", *TINY]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- #
+# happy paths
+# ---------------------------------------------------------------------- #
+def test_cli_fit_and_predict_csv(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y = np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
+    path = _write(tmp_path / "d.csv", ["a", "b", "c", "label"], [[*row, lab] for row, lab in zip(X, y)])
+    model = tmp_path / "m.joblib"
+    assert main(["fit", "--data", path, "--target", "label", "--n-draws", "10", "--burn-in", "100",
+                 "--thinning", "2", "--hidden", "8", "--n-chains", "2", "--quiet", "--output", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "test accuracy" in out and "expected calib. error" in out and "from 2 chains" in out
+    preds = tmp_path / "p.csv"
+    assert main(["predict", str(model), "--allow-pickle", "--data", path, "--output", str(preds)]) == 0
+    rows = list(csv.reader(open(preds)))
+    assert rows[0][:3] == ["row", "prediction", "proba_no"] and len(rows) == 121
+    assert {r[1] for r in rows[1:]} <= {"yes", "no"}
+
+
+def test_cli_forecast_bundled_sunspots(tmp_path, capsys):
+    model = tmp_path / "s.joblib"
+    assert main(["fit", "--dataset", "sunspots", "--n-draws", "20", "--burn-in", "300", "--thinning", "2",
+                 "--quiet", "--output", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "test RMSE" in out and "interval coverage" in out
+    series = _write(tmp_path / "series.csv", ["spots"], [[v] for v in load_sunspots()[:30]])
+    assert main(["predict", str(model), "--allow-pickle", "--data", series]) == 2
+    assert "name the CSV column holding the series with --column" in capsys.readouterr().err
+    assert main(["predict", str(model), "--allow-pickle", "--data", series, "--column", "spots"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "row,prediction,std,lower,upper" and len(lines) == 1 + 30 - 4 + 1
+
+
+def test_cli_predict_uses_the_fitted_column_order(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 2))
+    y = X[:, 0] * 3.0
+    train = tmp_path / "train.csv"
+    _write(train, ["a", "b", "y"], [[*r, t] for r, t in zip(X, y)])
+    with open(train, "a") as fh:
+        fh.write("\n")  # a trailing blank line is ignored
+    model = tmp_path / "m.joblib"
+    assert main(["fit", "--data", str(train), "--target", "y", "--task", "regression", "--n-draws", "5",
+                 "--burn-in", "50", "--thinning", "2", "--hidden", "4", "--quiet", "--output", str(model)]) == 0
+    swapped = _write(tmp_path / "swapped.csv", ["b", "a"], [[r[1], r[0]] for r in X[:5]])
+    out1, out2 = tmp_path / "p1.csv", tmp_path / "p2.csv"
+    assert main(["predict", str(model), "--allow-pickle", "--data", str(train), "--output", str(out1)]) == 0
+    assert main(["predict", str(model), "--allow-pickle", "--data", swapped, "--output", str(out2)]) == 0
+    assert list(csv.reader(open(out1)))[1:6] == list(csv.reader(open(out2)))[1:6]
+
+
+def _image_csv(path, task, n=60, seed=2):
+    """16 features read as a 1x4x4 image or 8 steps x 2 features; the label is the sign of the top-left pixel,
+    the regression target a linear function of two pixels."""
+    X = np.random.default_rng(seed).normal(size=(n, 16)).round(3)
+    target = [("up" if r[0] > 0 else "down") if task == "classification" else round(2 * r[0] - r[5], 3) for r in X]
+    return _write(path, [f"p{i}" for i in range(16)] + ["target"], [[*r, t] for r, t in zip(X, target)])
+
+
+ARCHITECTURES = [
+    ("mlp", "classification", ["--hidden", "4", "--set", "activation=tanh"], "BayesianMLPClassifier",
+     dict(hidden_layer_sizes=(4,), activation="tanh")),
+    ("mlp", "regression", ["--hidden", "4", "3"], "BayesianMLPRegressor", dict(hidden_layer_sizes=(4, 3))),
+    ("cnn", "classification", ["--input-shape", "1,4,4", "--set", "channels=(4,)", "--hidden", "8"],
+     "BayesianCNNClassifier", dict(input_shape=(1, 4, 4), channels=(4,), dense_layer_sizes=(8,))),
+    ("cnn", "regression", ["--set", "channels=(4,)", "--hidden", "8"], "BayesianCNNRegressor",
+     dict(input_shape=None, dense_layer_sizes=(8,))),
+    ("rnn", "classification", ["--input-shape", "8,2", "--set", "hidden_size=4", "--hidden", "4"],
+     "BayesianRNNClassifier", dict(hidden_size=4, dense_layer_sizes=(4,))),
+    ("rnn", "regression", ["--set", "hidden_size=4", "--set", "cell=gru", "--hidden", "4"], "BayesianRNNRegressor",
+     dict(hidden_size=4, cell="gru")),
+]
+
+
+@pytest.mark.parametrize("kind, task, options, name, params", ARCHITECTURES,
+                         ids=[f"{a[0]}-{a[1]}" for a in ARCHITECTURES])
+def test_every_architecture_fits_and_predicts(tmp_path, capsys, kind, task, options, name, params):
+    data = _image_csv(tmp_path / "img.csv", task)
+    drop = _write(tmp_path / "new.csv", [f"p{i}" for i in range(16)], [list(np.arange(16) / 16.0)] * 3)
+    model = str(tmp_path / "m.joblib")
+    assert main(["fit", "--data", data, "--target", "target", "--task", task, "--model", kind, *TINY,
+                 "--set", "sampler__friction=0.1", "--set", "prior_scale=0.5", *options, "--output", model]) == 0
+    out = capsys.readouterr().out
+    assert f"model={kind}" in out and ("test accuracy" in out if task == "classification" else "test RMSE" in out)
+    pipeline, meta = cli._load_model(model, allow_pickle=True)
+    est = pipeline[-1]
+    assert type(est).__name__ == name and est.n_draws_ == 5
+    got = est.get_params()
+    assert got["sampler__friction"] == 0.1 and got["prior_scale"] == 0.5
+    assert all(got[k] == v for k, v in params.items()), {k: got[k] for k in params}
+    if kind == "rnn" and "--input-shape" in options:
+        assert est.input_shape_ == (8, 2)
+    elif kind == "rnn":
+        assert est.input_shape_ == (16, 1)  # univariate sequences, one column per step
+    assert main(["predict", model, "--allow-pickle", "--data", drop]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and lines[0].startswith("row,prediction,")
+
+
+def test_rnn_forecast_reads_windows_oldest_first(tmp_path, capsys):
+    series = _write(tmp_path / "s.csv", ["t", "value"], [[i, np.sin(i / 3)] for i in range(60)])
+    model = str(tmp_path / "m.joblib")
+    assert main(["fit", "--data", series, "--target", "value", "--task", "forecast", "--model", "rnn", *TINY,
+                 "--set", "hidden_size=4", "--hidden", "4", "--dimension", "3", "--delay", "2", "--output",
+                 model]) == 0
+    pipeline, meta = cli._load_model(model, allow_pickle=True)
+    assert meta["n_lags"] == 6 and pipeline[-1].input_shape_ == (3, 1)
+    reverse = pipeline[-2]  # Takens windows are newest first; the RNN reads them in time order
+    assert np.array_equal(reverse.transform(np.array([[3.0, 2.0, 1.0]])), [[1.0, 2.0, 3.0]])
+    capsys.readouterr()
+    assert main(["predict", model, "--allow-pickle", "--data", series]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 60 - 6 + 1
