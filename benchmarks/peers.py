@@ -959,7 +959,7 @@ def run_parent(args) -> dict:
             records += out
             what = f"{impl}" + (f" {workload}" if workload else "")
             if error:
-                failures.append(f"round {r} {what}: {error}")
+                failures.append(f"round {r + 1} {what}: {error}")
                 print(f"  round {r + 1}/{args.rounds} {what}: FAILED ({error.splitlines()[0]})", flush=True)
             else:
                 print(f"  round {r + 1}/{args.rounds} {what}: {time.perf_counter() - t0:.0f} s", flush=True)
