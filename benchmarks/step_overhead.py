@@ -202,33 +202,85 @@ class KernelLoop:
 
 
 class HandWrittenLoop:
-    """(c) The same update as the kernel, written inline, no diagnostics."""
+    """(c) The same update as the kernel, written inline, no diagnostics.
+
+    ``HandWrittenLoop(name, X, y)`` is the 784-100-10 network of this script.
+    :meth:`from_parts` builds the same loop for another model (used by
+    ``benchmarks/peers.py``).
+    """
 
     def __init__(self, name, X, y):
-        self.name = name
         self.module = make_network()
-        self.params = [p for p in self.module.parameters()]
+        module, scale = self.module, len(X) / BATCH_SIZE  # N / |B|; every batch is full since 4096 = 32 * 128
+
+        def value_grad(Xb, yb):
+            params = self.params
+            loss = F.cross_entropy(module(Xb), yb, reduction="sum") * scale \
+                + 0.5 * sum((p * p).sum() for p in params) / PRIOR_SCALE**2
+            return loss.detach(), torch.autograd.grad(loss, params)
+
+        self._setup(name, list(module.parameters()), value_grad, cycle(make_iterator(X, y)),
+                    torch.Generator().manual_seed(1))
+
+    @classmethod
+    def from_parts(cls, name, params, value_grad, batches, generator, *, step_size, temperature=1.0,
+                   friction=FRICTION, noise=NOISE):
+        """The sgld, sghmc or sgnht loop on any model.
+
+        Parameters
+        ----------
+        name : {"sgld", "sghmc", "sgnht"}
+        params : list of Tensor
+            Leaf tensors with ``requires_grad``, moved in place (any leading
+            chain axis is the caller's business: the noise is one flat draw
+            over all of them, as the kernels draw it; sgnht has one scalar
+            thermostat, so it is one chain).
+        value_grad : callable
+            ``value_grad(X, y) -> (U, grads)``, ``U`` summed over chains.
+        batches : iterator of (X, y)
+        generator : torch.Generator
+            On the parameters' device.
+        step_size, temperature, friction, noise : float
+            As :func:`bayesnet.samplers.make_sampler` takes them.
+
+        Raises
+        ------
+        ValueError
+            For another sampler name.
+        """
+        if name not in ("sgld", "sghmc", "sgnht"):
+            raise ValueError(f"from_parts supports sgld, sghmc and sgnht, got {name!r}")
+        self = cls.__new__(cls)
+        self._setup(name, list(params), value_grad, batches, generator, step_size=step_size,
+                    temperature=temperature, friction=friction, noise=noise)
+        return self
+
+    def _setup(self, name, params, value_grad, batches, generator, step_size=STEP_SIZE, temperature=TEMPERATURE,
+               friction=FRICTION, noise=NOISE):
+        self.name = name
+        self.params = params
+        self.value_grad = value_grad
         self.sizes = [p.numel() for p in self.params]
         self.n_params = sum(self.sizes)
-        self.scale = len(X) / BATCH_SIZE  # N / |B|; every batch is full since 4096 = 32 * 128
-        self.gen = torch.Generator().manual_seed(1)
-        self.batches = cycle(make_iterator(X, y))
-        self.eta = STEP_SIZE
+        self.gen = generator
+        self.batches = batches
+        self.eta, self.temperature, self.friction, self.noise = step_size, temperature, friction, noise
+        like = {"device": params[0].device, "dtype": params[0].dtype}
         if name == "sgld":
-            self.noise_std = math.sqrt(2.0 * STEP_SIZE * TEMPERATURE)
+            self.noise_std = math.sqrt(2.0 * step_size * temperature)
             self.momentum = None
         elif name == "sghmc":
             # same initial momentum draw as SGHMC.init: one flat randn, split, scaled
-            self.noise_std = math.sqrt(2.0 * FRICTION * STEP_SIZE * TEMPERATURE)
-            self.decay = 1.0 - FRICTION
-            std0 = math.sqrt(STEP_SIZE * TEMPERATURE)
-            flat = torch.randn(self.n_params, generator=self.gen)
+            self.noise_std = math.sqrt(2.0 * friction * step_size * temperature)
+            self.decay = 1.0 - friction
+            std0 = math.sqrt(step_size * temperature)
+            flat = torch.randn(self.n_params, generator=self.gen, **like)
             self.momentum = [c.view_as(p).mul_(std0) for c, p in zip(flat.split(self.sizes), self.params)]
         elif name in ("sgnht", "baoab", "hmc"):
-            std0 = math.sqrt(STEP_SIZE * TEMPERATURE) if name == "sgnht" else math.sqrt(TEMPERATURE)
-            self.flat = torch.randn(self.n_params, generator=self.gen).mul_(std0)
+            std0 = math.sqrt(step_size * temperature) if name == "sgnht" else math.sqrt(TEMPERATURE)
+            self.flat = torch.randn(self.n_params, generator=self.gen, **like).mul_(std0)
             self.momentum = [c.view_as(p) for c, p in zip(self.flat.split(self.sizes), self.params)]
-            self.thermostat = NOISE
+            self.thermostat = noise
             self.grad = None
             self.noise_std = None  # set per scheme in run()
         elif name == "tacthmc":  # as TACTHMC.init: theta momenta, then r_xi; every state variable float32 0-d
@@ -244,14 +296,12 @@ class HandWrittenLoop:
             raise ValueError(f"no hand-written loop for sampler {name!r}")
 
     def _noise(self):
-        flat = torch.randn(self.n_params, generator=self.gen)
+        first = self.params[0]
+        flat = torch.randn(self.n_params, generator=self.gen, device=first.device, dtype=first.dtype)
         return [c.view_as(p) for c, p in zip(flat.split(self.sizes), self.params)]
 
     def _value_grad(self, X, y):
-        params = self.params
-        loss = F.cross_entropy(self.module(X), y, reduction="sum") * self.scale \
-            + 0.5 * sum((p * p).sum() for p in params) / PRIOR_SCALE**2
-        return loss.detach(), torch.autograd.grad(loss, params)
+        return self.value_grad(X, y)
 
     def _grad(self, X, y):
         return self._value_grad(X, y)[1]
@@ -268,10 +318,10 @@ class HandWrittenLoop:
                     torch._foreach_add_(params, self._noise(), alpha=std)  # theta += sqrt(2 eta T) xi
         elif self.name == "sgnht":  # as SGNHT.step
             r, flat, n = self.momentum, self.flat, self.n_params
-            noise_std = math.sqrt(2.0 * NOISE * eta * TEMPERATURE)
+            noise_std = math.sqrt(2.0 * self.noise * eta * self.temperature)
             for _ in range(n_steps):
                 X, y = next(batches)
-                self.thermostat += float(torch.dot(flat, flat)) / n - eta * TEMPERATURE
+                self.thermostat += float(torch.dot(flat, flat)) / n - eta * self.temperature
                 grads = self._grad(X, y)
                 with torch.no_grad():
                     torch._foreach_mul_(r, 1.0 - self.thermostat)
