@@ -344,7 +344,11 @@ def _cli_words(message: str, given: dict | None = None) -> str:
         return f"{option}={value}" if option.startswith("--set") else f"{option} {value}"
 
     message = re.sub(r"\bsampler__(?P<name>\w+)(?:=(?P<value>[^\s,;)]+))?", option_value, message)
-    message = re.sub(r"The '(\w+)' parameter of \w+", lambda m: _option(m[1], given), message)
+    from .samplers import available_samplers, get_sampler_class
+
+    sampler_classes = {get_sampler_class(n).__name__ for n in available_samplers()}
+    message = re.sub(r"The '(\w+)' parameter of (\w+)",
+                     lambda m: _option(f"sampler__{m[1]}" if m[2] in sampler_classes else m[1], given), message)
     message = re.sub(r"\s*[^.]*`trace_`[^.]*\.", "", message)  # the library's pointer to the estimator attribute
     if not message.startswith("--"):  # "prior scale must be ...", "hidden_layer_sizes must be ...": name the option
         named = [k for k in given if not k.startswith("sampler") and re.match(
@@ -749,12 +753,12 @@ def _stop_on_sigint():
 
 
 def _steps_taken(est) -> int:
-    """Sampler steps completed: the chain's own count, or the recorded batches (chains in worker processes)."""
+    """Sampler steps completed: the chain's own count, or the run's status (chains in worker processes)."""
     state = getattr(est, "sampler_state_", None)
     if state is not None:
         return int(state.step)
-    history = getattr(est, "history_", None)
-    return sum(len(epoch["batches"]) for epoch in history) if history else 0
+    status = getattr(est, "fit_status_", None)
+    return int(status.get("steps_taken", 0)) if status else 0
 
 
 def _fit_data(settings: dict, args):
@@ -834,7 +838,8 @@ def _fit(args) -> int:
                 raise
             # bad settings found when the network is built (sizes, activation, ...), before the first step
             raise _CLIError(_cli_words(str(exc), settings["given"])) from None
-    if sigint["interrupted"]:
+    # the estimator itself ends a Ctrl-C'ed fit at the end of a sampler step and records it
+    if sigint["interrupted"] or getattr(est, "fit_status_", {}).get("status") == "interrupted":
         return _stopped(model, meta, args, settings, "interrupted", "")
     elapsed = time.perf_counter() - t0
     chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \

@@ -8,6 +8,7 @@ import signal
 
 import joblib
 import numpy as np
+import torch
 import pytest
 
 from bayesnet import BayesianMLPClassifier
@@ -194,8 +195,10 @@ OPTION_CASES = [
     (["--set", "sampler__frction=0.1"], "--set sampler__frction: the sghmc sampler has no hyperparameter 'frction'"),
     (["--set", "prior_scale=-1"], "--set prior_scale: prior scale must be a finite number > 0, got -1"),
     (["--set", "max_epochs=0"], "--set max_epochs must be an int in the range [1, inf) or None. Got 0 instead."),
-    (["--set", "sampler__friction=-1"], "--set sampler__friction: sghmc: friction must be > 0, got -1"),
-    (["--sampler", "sghmc", "--friction", "2"], "--friction: sghmc: friction must be in (0, 1], got 2.0"),
+    (["--set", "sampler__friction=-1"],
+     "--set sampler__friction: --set sampler__friction must be a float in the range (0.0, 1.0]. Got -1 instead."),
+    (["--sampler", "sghmc", "--friction", "2"],
+     "--friction: --friction must be a float in the range (0.0, 1.0]. Got 2.0 instead."),
     (["--set", "sampler=nuts"], "--set sampler=nuts: unknown sampler"),
     (["--step-size", "1e-4", "--set", "sampler__step_size=1e-3"], "--set sampler__step_size repeats --step-size"),
     (["--set", "prior_scale=1", "--set", "prior_scale=2"], "--set prior_scale was given twice"),
@@ -318,17 +321,27 @@ def test_save_and_load_go_through_the_two_functions(tmp_path, fitted):
 # ---------------------------------------------------------------------- #
 # fits that stop early: a partial model is saved and the exit code says so
 # ---------------------------------------------------------------------- #
-def test_divergence_saves_the_draws_as_a_partial_fit(tmp_path, capsys, good_csv):
+def test_divergence_saves_the_draws_as_a_partial_fit(tmp_path, capsys, good_csv, monkeypatch):
+    step = BayesianMLPClassifier.train_step
+
+    def failing_step(self, batch, **kw):  # a fault injected at step 30: the position becomes NaN
+        out = step(self, batch, **kw)
+        if out["step"] == 30:
+            with torch.no_grad():
+                self.sampler_state_.position[0].fill_(float("nan"))
+        return out
+
+    monkeypatch.setattr(BayesianMLPClassifier, "train_step", failing_step)
     model = str(tmp_path / "m.joblib")
-    code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "20", "--burn-in", "0",
-                 "--thinning", "1", "--hidden", "4", "--quiet", "--step-size", "10", "--output", model])
+    code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "50", "--burn-in", "10",
+                 "--thinning", "1", "--hidden", "4", "--quiet", "--step-size", "1e-4", "--output", model])
     assert code == 3
     err = capsys.readouterr().err
     assert err.startswith("error: the fit diverged: the sghmc chain diverged at step")
-    assert "(now --step-size 10)" in err and "sampler__" not in err and "trace_" not in err
+    assert "(now --step-size 0.0001)" in err and "sampler__" not in err and "trace_" not in err
     assert f"were saved to {model} as a partial fit" in err and "Traceback" not in err
     saved, meta = cli._load_model(model, allow_pickle=True)
-    assert meta["partial"].startswith("diverged") and saved[-1].n_draws_ > 0
+    assert meta["partial"].startswith("diverged") and saved[-1].n_draws_kept_ > 0
     assert main(["predict", model, "--allow-pickle", "--data", good_csv]) == 0
     out, err = capsys.readouterr()
     assert "is a partial fit (diverged" in err and len(out.strip().splitlines()) == 61
@@ -358,11 +371,12 @@ def test_ctrl_c_saves_a_partial_fit_and_exits_130(tmp_path, capsys, good_csv, mo
                  "--thinning", "1", "--hidden", "4", "--quiet", "--output", model])
     assert code == 130 and signal.getsignal(signal.SIGINT) is before
     out, err = capsys.readouterr()
-    # the signal arrives before the 30th step: 29 steps, the last 19 of them after burn-in, all kept
-    assert err.startswith("interrupted (Ctrl-C) after 29 sampler steps.") and "as a partial fit" in err
+    # the signal arrives in the 30th step, which the estimator completes before stopping: 30 steps, the last
+    # 20 of them after burn-in, all kept
+    assert err.startswith("interrupted (Ctrl-C) after 30 sampler steps.") and "as a partial fit" in err
     assert "test accuracy" not in out
     saved, meta = cli._load_model(model, allow_pickle=True)
-    assert meta["partial"] == "interrupted after 29 sampler steps; 19 draws" and saved[-1].n_draws_ == 19
+    assert meta["partial"] == "interrupted after 30 sampler steps; 20 draws" and saved[-1].n_draws_kept_ == 20
 
 
 def test_ctrl_c_outside_the_fit(capsys, good_csv, monkeypatch):
@@ -461,7 +475,7 @@ def test_every_architecture_fits_and_predicts(tmp_path, capsys, kind, task, opti
     assert f"model={kind}" in out and ("test accuracy" in out if task == "classification" else "test RMSE" in out)
     pipeline, meta = cli._load_model(model, allow_pickle=True)
     est = pipeline[-1]
-    assert type(est).__name__ == name and est.n_draws_ == 5
+    assert type(est).__name__ == name and est.n_draws_kept_ == 5
     got = est.get_params()
     assert got["sampler__friction"] == 0.1 and got["prior_scale"] == 0.5
     assert all(got[k] == v for k, v in params.items()), {k: got[k] for k in params}
