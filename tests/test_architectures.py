@@ -16,6 +16,7 @@ from bayesnet import (BayesianCNNClassifier, BayesianMLPClassifier, BayesianRNNC
                       BayesianRNNRegressor, TakensEmbedding, available_samplers, make_forecasting_windows)
 from bayesnet.datasets import make_chaotic_series
 from bayesnet.metrics import interval_coverage
+import sampler_settings
 from bayesnet.predictive import PosteriorPredictive
 from bayesnet.networks import CNN, MLP, RNN
 from bayesnet.posterior import batched_outputs
@@ -194,15 +195,8 @@ def test_rnn_takes_windows_and_takens_pipelines(henon):
 @pytest.mark.parametrize("sampler", available_samplers())
 @pytest.mark.parametrize("kind", ["cnn-classifier", "rnn-regressor"])
 def test_every_sampler_runs_each_architecture(sampler, kind, digits, henon):
-    kwargs = dict(SHORT, n_draws=4, burn_in=20, thinning=1, sampler=sampler)
-    if sampler == "hmc":
-        kwargs.update(batch_size=-1, burn_in=4)
-    if sampler == "pt-langevin":  # exact energies in its Metropolis tests
-        kwargs.update(batch_size=-1)
-    if sampler == "tacthmc":  # collects at unit temperature only: a narrow temperature range fills the trace
-        kwargs.update(sampler__wall=0.6, sampler__tempering_step_size=1e-5)
-    if sampler in ("pt-langevin", "eqn"):  # several members per chain
-        kwargs.update({"sampler__n_replicas" if sampler == "pt-langevin" else "sampler__n_walkers": 3})
+    kwargs = {**SHORT, "n_draws": 4, "burn_in": 20, "thinning": 1, "sampler": sampler,
+              **sampler_settings.ESTIMATOR[sampler]}
     if kind == "cnn-classifier":
         Xtr, Xte, ytr, _ = digits
         est = BayesianCNNClassifier(**SMALL_CNN, input_shape=(1, 8, 8), **kwargs).fit(Xtr[:256], ytr[:256])
@@ -241,11 +235,8 @@ def test_several_chains_of_a_recurrent_net(henon):
 @pytest.mark.parametrize("sampler", available_samplers())
 @pytest.mark.parametrize("cls", [BayesianMLPClassifier, BayesianCNNClassifier, BayesianRNNRegressor])
 def test_cuda_every_sampler_each_architecture_and_cpu_reload(cls, sampler, digits, henon):
-    kwargs = dict(SHORT, n_draws=4, burn_in=20, thinning=1, sampler=sampler, device="cuda")
-    if sampler == "hmc":
-        kwargs.update(batch_size=-1, burn_in=4)
-    if sampler == "tacthmc":  # collects at unit temperature only: a narrow temperature range fills the trace
-        kwargs.update(sampler__wall=0.6, sampler__tempering_step_size=1e-5)
+    kwargs = {**SHORT, "n_draws": 4, "burn_in": 20, "thinning": 1, "sampler": sampler, "device": "cuda",
+              **sampler_settings.ESTIMATOR[sampler]}
     if cls is BayesianRNNRegressor:
         Xtr, ytr, Xte, _ = henon
         est = cls(**SMALL_RNN, **kwargs)

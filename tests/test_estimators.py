@@ -169,7 +169,7 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \['baoab', 'eqn', 'hmc', 'pt-langevin', 'sghmc', 'sgld', 'sgnht', 'tacthmc'\]"),
+    (dict(sampler="nope"), r"unknown sampler 'nope'; valid names are \[.*'sghmc', 'sgld'.*\]"),
     (dict(sampler__step_size=-1.0), "'step_size' parameter of SGHMC must be a float in the range"),
     (dict(sampler__step_size=0.0), "'step_size' parameter of SGHMC must be a float in the range"),
     (dict(sampler="sgld", sampler__friction=0.1), "unknown hyperparameter"),

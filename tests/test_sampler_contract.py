@@ -1,0 +1,208 @@
+"""One contract suite over the sampler registry: every registered sampler, including a ninth one registered
+right here, is pickled, re-run, laid on the chain axis, fitted through an estimator and checked on a Gaussian.
+
+Adding a sampler touches its module, the registry line (an import in bayesnet/samplers/__init__.py), its
+rows in tests/sampler_settings.py and its docs entry; this file shows it with ``rwm`` below, whose only
+additions outside this module are its rows in the settings tables (added here, at import).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from numbers import Real
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris
+from sklearn.utils._param_validation import Interval
+from torch import Tensor
+
+import sampler_settings
+from bayesnet import BayesianMLPClassifier
+from bayesnet.plan import ChainLayout
+from bayesnet.posterior import FunctionPotential
+from bayesnet.samplers import (ChainRandom, Sampler, SamplerState, Stat, StepInfo, available_samplers, make_sampler,
+                               register_sampler, unregister_sampler)
+from bayesnet.samplers.base import COMMON_STATS
+from targets import correlated_gaussian, moment_errors
+
+
+# ---------------------------------------------------------------------- #
+# a ninth sampler, registered by this test: random-walk Metropolis
+# ---------------------------------------------------------------------- #
+@dataclass(kw_only=True)
+class RWMState(SamplerState):
+    value: Tensor | None = None  # U at the current positions
+
+
+@register_sampler
+class RandomWalkMetropolis(Sampler):
+    """Random-walk Metropolis: propose ``theta + step_size * xi``, accept with ``min(1, exp(-(U' - U) / T))``,
+    one test per packed member. Exact for a full-data potential."""
+
+    name = "rwm"
+    full_batch = True
+    stats = {**COMMON_STATS, "accept_prob": Stat("mean", "acceptance_rate")}
+    state_class = RWMState
+    _parameter_constraints = {"step_size": [Interval(Real, 0, np.inf, closed="neither")],
+                              "temperature": [Interval(Real, 0, np.inf, closed="neither")]}
+
+    def __init__(self, step_size: float = 0.5, temperature: float = 1.0):
+        self.step_size = step_size
+        self.temperature = temperature
+
+    def _init(self, position, rng, layout):
+        return RWMState(position=position, layout=layout, rng=rng)
+
+    def reset_cache(self, state):
+        state.value = None
+
+    @torch.no_grad()
+    def step(self, state, potential, batch):
+        from bayesnet.samplers.integrators import gaussian_like
+
+        if state.value is None:
+            state.value = potential.value(batch).detach()
+        start = [p.clone() for p in state.position]
+        torch._foreach_add_(state.position, gaussian_like(state.position, state.rng, state.layout),
+                            alpha=self.step_size)
+        new = potential.value(batch).detach()
+        accept_prob = torch.exp((-(new - state.value) / self.temperature).clamp(max=0.0)).nan_to_num(0.0)
+        accept = state.rng.uniform(1, accept_prob.dtype).reshape(-1)[: accept_prob.numel()].reshape(
+            accept_prob.shape) < accept_prob
+        for p, s in zip(state.position, start):
+            p.copy_(torch.where(accept.reshape(accept.shape + (1,) * (p.ndim - accept.ndim)), p, s))
+        state.value = torch.where(accept, new, state.value)
+        state.step += 1
+        return state, StepInfo(potential=state.value.clone(), extra={"accept_prob": accept_prob})
+
+
+sampler_settings.GAUSSIAN["rwm"] = dict(step_size=1.0)
+sampler_settings.ESTIMATOR["rwm"] = dict(batch_size=-1, sampler__step_size=0.05)
+SAMPLERS = available_samplers()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ninth_sampler_leaves_with_this_module():
+    yield
+    unregister_sampler("rwm")
+
+
+def test_the_ninth_sampler_is_registered():
+    assert len(SAMPLERS) == 9 and "rwm" in SAMPLERS and set(sampler_settings.GAUSSIAN) == set(SAMPLERS)
+
+
+# ---------------------------------------------------------------------- #
+def _gaussian_run(name, n_chains, steps, seed=0, start=None):
+    """Run ``name`` on independent correlated 2-D Gaussians, one per packed member; return the sampler, its
+    state, the member draws (as ``(slot, step, 2)``, None where a member's step is not a draw) and the
+    potential."""
+    sampler = make_sampler(name, **sampler_settings.GAUSSIAN[name])
+    M = sampler.members_per_chain()
+    target = correlated_gaussian(n_chains * M, per_chain=True)
+    pot = target.potential
+    if start is not None:
+        with torch.no_grad():
+            pot.parameters[0].copy_(start)
+    state = sampler.init(pot.parameters, ChainRandom(seed, n_chains), n_chains=n_chains)
+    positions, flags = [], []
+    for _ in range(steps):
+        state, info = sampler.step(state, pot, None)
+        positions.append(pot.parameters[0].detach().clone())
+        is_draw = info.is_draw
+        flags.append(is_draw.cpu().numpy() if isinstance(is_draw, Tensor) else
+                     np.broadcast_to(np.asarray(is_draw, dtype=bool), (n_chains * M,)).copy())
+    return sampler, state, torch.stack(positions, 1), np.stack(flags, 1), target
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_declared_stats_match_what_a_step_reports(name):
+    sampler, state, positions, flags, target = _gaussian_run(name, 3, 5)
+    info = sampler.step(state, target.potential, None)[1]
+    S = 3 * sampler.members_per_chain()
+    assert set(info.fields()) == set(sampler.stats), (set(info.fields()), set(sampler.stats))
+    assert info.potential.shape == (S,) and positions.shape[0] == S
+    for key, value in info.fields().items():
+        assert not isinstance(value, Tensor) or value.numel() in (1, S, 3), key
+    assert isinstance(state, sampler.state_class) and state.layout == ChainLayout(3, sampler.members_per_chain())
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_same_seed_same_chains_and_pickled_states_continue_exactly(name):
+    a = _gaussian_run(name, 2, 30, seed=5)[2]
+    b = _gaussian_run(name, 2, 30, seed=5)[2]
+    c = _gaussian_run(name, 2, 30, seed=6)[2]
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    sampler = make_sampler(name, **sampler_settings.GAUSSIAN[name])
+    target = correlated_gaussian(2 * sampler.members_per_chain(), per_chain=True)
+    state = sampler.init(target.potential.parameters, ChainRandom(1, 2), n_chains=2)
+    for _ in range(10):
+        state, _ = sampler.step(state, target.potential, None)
+    copy_sampler, copy_state = pickle.loads(pickle.dumps((sampler, state)))
+    copy_pot = correlated_gaussian(2 * sampler.members_per_chain(), per_chain=True).potential
+    with torch.no_grad():
+        copy_pot.parameters[0].copy_(copy_state.position[0])
+    copy_state.replace_position(copy_pot.parameters)
+    for _ in range(10):
+        state, _ = sampler.step(state, target.potential, None)
+        copy_state, _ = copy_sampler.step(copy_state, copy_pot, None)
+    assert torch.equal(target.potential.parameters[0], copy_pot.parameters[0])
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_chain_does_not_depend_on_the_chains_beside_it(name):
+    """Chain k of three is the chain started alone with chain k's stream (ChainRandom's first_chain)."""
+    sampler = make_sampler(name, **sampler_settings.GAUSSIAN[name])
+    M = sampler.members_per_chain()
+    start = torch.randn(3 * M, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    together = _gaussian_run(name, 3, 25, seed=9, start=start)[2]
+    for k in range(3):
+        target = correlated_gaussian(M, per_chain=True)
+        with torch.no_grad():
+            target.potential.parameters[0].copy_(start[k * M:(k + 1) * M])
+        alone = make_sampler(name, **sampler_settings.GAUSSIAN[name])
+        state = alone.init(target.potential.parameters, ChainRandom(9, 1, first_chain=k), n_chains=1)
+        for step in range(25):
+            state, _ = alone.step(state, target.potential, None)
+            assert torch.equal(target.potential.parameters[0], together[k * M:(k + 1) * M, step]), (k, step)
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_stationary_on_a_correlated_gaussian(name):
+    """Started at exact draws, 512 chains keep the Gaussian's moments: ESS-derived tolerances (4 Monte Carlo
+    standard errors) plus the statistical suite's 0.03 allowance for discretisation bias."""
+    C = 512
+    sampler = make_sampler(name, **sampler_settings.GAUSSIAN[name])
+    M = sampler.members_per_chain()
+    target = correlated_gaussian(1)
+    start = torch.as_tensor(np.random.default_rng(3).multivariate_normal(target.mean, target.cov, size=C * M))
+    _, _, positions, flags, target = _gaussian_run(name, C, 600, seed=2, start=start)
+    keep = np.arange(9, 600, 10)
+    slots = np.flatnonzero(flags[:, keep].all(axis=1))  # members whose every thinned step is a draw
+    draws = positions[slots][:, keep].numpy()
+    err = moment_errors(draws, target.mean, target.cov)
+    print(name, {k: round(float(v), 4) for k, v in err.items()})
+    assert err["ess"] > 300
+    assert err["mean_err"] <= err["mean_tol"] + 0.03
+    assert err["cov_err"] <= err["cov_tol"] + 0.03
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return ((X - X.mean(0)) / X.std(0)).astype(np.float32), y
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_every_sampler_fits_through_an_estimator(name, iris):
+    X, y = iris
+    kwargs = {**dict(hidden_layer_sizes=(4,), n_draws=5, burn_in=20, thinning=2, random_state=0, sampler=name),
+              **sampler_settings.ESTIMATOR[name]}
+    est = BayesianMLPClassifier(**kwargs).fit(X, y)
+    assert est.n_draws_kept_ > 0 and np.isfinite(est.predict_proba(X)).all()
+    assert est.sampler_.name == name and est.fit_status_["status"] in ("complete", "short")
+    summaries = {stat.summary or key for key, stat in type(est.sampler_).stats.items()}
+    assert summaries <= set(est.diagnostics_), summaries - set(est.diagnostics_)
+    assert set(est.get_sample_stats()) <= set(type(est.sampler_).stats)
