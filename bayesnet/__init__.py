@@ -3,6 +3,7 @@
 from .diagnostics import effective_sample_size, integrated_autocorrelation_time, split_rhat
 from .estimators import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPClassifier,
                          BayesianMLPRegressor, BayesianRNNClassifier, BayesianRNNRegressor)
+from .io import load, save
 from .samplers import DivergenceError, available_samplers, make_sampler
 from .timeseries import TakensEmbedding, make_forecasting_windows
 
@@ -18,6 +19,8 @@ __all__ = [
     "TakensEmbedding",
     "make_forecasting_windows",
     "DivergenceError",
+    "save",
+    "load",
     "available_samplers",
     "make_sampler",
     "effective_sample_size",

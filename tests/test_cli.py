@@ -13,6 +13,7 @@ import pytest
 
 from bayesnet import BayesianMLPClassifier
 from bayesnet import cli
+import bayesnet.cli.commands  # noqa: F401  (cli.commands)
 from bayesnet.cli import build_parser, main
 from bayesnet.datasets import load_sunspots
 
@@ -42,7 +43,7 @@ def good_csv(tmp_path):
 @pytest.fixture
 def fitted(tmp_path, good_csv):
     """A small fitted classifier's model file, and the CSV it was fitted on."""
-    model = str(tmp_path / "m.joblib")
+    model = str(tmp_path / "m.bayesnet")
     assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--hidden", "4", "--output", model]) == 0
     return model, good_csv
 
@@ -112,13 +113,13 @@ DATA_CASES = [
 def test_bad_data_is_refused_before_the_fit(tmp_path, capsys, defect, extra, message):
     header, rows = _rows(defect)
     path = _write(tmp_path / "d.csv", header, rows)
-    args = ["fit", "--data", path, "--target", "label", *TINY, "--output", str(tmp_path / "m.joblib")]
+    args = ["fit", "--data", path, "--target", "label", *TINY, "--output", str(tmp_path / "m.bayesnet")]
     assert main(args + extra) == 2
     out, err = capsys.readouterr()
     assert re.search(r"^error: .*" + message, err), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "bayesnet:" not in out  # refused before the fit began
-    assert not os.path.exists(tmp_path / "m.joblib")
+    assert not os.path.exists(tmp_path / "m.bayesnet")
 
 
 @pytest.mark.parametrize("content, message", [
@@ -150,7 +151,7 @@ def test_input_shape_must_hold_the_feature_columns(tmp_path, capsys, good_csv):
 
 def test_output_folder_is_checked_before_the_fit(tmp_path, capsys, good_csv):
     assert main(["fit", "--data", good_csv, "--target", "label", *TINY,
-                 "--output", str(tmp_path / "no" / "m.joblib")]) == 2
+                 "--output", str(tmp_path / "no" / "m.bayesnet")]) == 2
     out, err = capsys.readouterr()
     assert "does not exist" in err and "bayesnet:" not in out
 
@@ -224,8 +225,8 @@ def test_bad_options_are_refused_by_argparse(capsys, good_csv, options, message)
     (["fit", "--target", "label"], "--target applies to --data"),
     (["fit", "--task", "regression"], "--task applies to --data"),
     (["fit", "--data", "x.csv"], "--target is required with --data"),
-    (["predict", "m.joblib", "--data", "x.csv", "--level", "2"], "argument --level: must be strictly between 0 and 1"),
-    (["predict", "m.joblib"], "the following arguments are required: --data"),
+    (["predict", "m.bayesnet", "--data", "x.csv", "--level", "2"], "argument --level: must be strictly between 0 and 1"),
+    (["predict", "m.bayesnet"], "the following arguments are required: --data"),
 ])
 def test_option_combinations(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -255,7 +256,7 @@ def test_help_shows_a_default_for_every_option(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert exit_info.value.code == 0
     for shown in ("(default: 0.3)", "(default: breast_cancer)", "(default: sghmc)",
-                  "(default: 0.0001 (breast_cancer, CSV)", "(default: mlp)", "(default: bayesnet-model.joblib)",
+                  "(default: 0.0001 (breast_cancer, CSV)", "(default: mlp)", "(default: bayesnet-model.bayesnet)",
                   "(default: 0.95)"):
         assert shown in out, shown
 
@@ -264,6 +265,8 @@ def test_help_shows_a_default_for_every_option(capsys):
 # model files
 # ---------------------------------------------------------------------- #
 def test_predict_refuses_a_pickle_without_allow_pickle_and_runs_no_code(tmp_path, capsys, good_csv):
+    """fit writes bayesnet's own format, which holds no code; a pickle (an earlier version's file, or anyone's)
+    is read only with --allow-pickle."""
     marker = tmp_path / "payload-ran"
 
     class Payload:
@@ -286,36 +289,41 @@ def test_predict_refuses_a_pickle_without_allow_pickle_and_runs_no_code(tmp_path
 def test_predict_on_a_file_that_is_not_a_model(tmp_path, capsys, good_csv, content):
     path = tmp_path / "not-a-model.joblib"
     path.write_bytes(content)
-    assert main(["predict", str(path), "--data", good_csv, "--allow-pickle"]) == 2
+    assert main(["predict", str(path), "--data", good_csv]) == 2
     assert "is not a bayesnet model file" in capsys.readouterr().err
 
 
 def test_predict_missing_files_and_bad_data(tmp_path, capsys, fitted):
     model, data = fitted
-    assert main(["predict", str(tmp_path / "nope.joblib"), "--data", data]) == 2
+    assert main(["predict", str(tmp_path / "nope.bayesnet"), "--data", data]) == 2
     assert "model file '" in capsys.readouterr().err
-    assert main(["predict", model, "--allow-pickle", "--data", str(tmp_path / "nope.csv")]) == 2
+    assert main(["predict", model, "--data", str(tmp_path / "nope.csv")]) == 2
     assert "--data: file '" in capsys.readouterr().err
     lacking = _write(tmp_path / "lacking.csv", ["a", "c"], [[1, 2]])
-    assert main(["predict", model, "--allow-pickle", "--data", lacking]) == 2
+    assert main(["predict", model, "--data", lacking]) == 2
     assert "lacks the feature column(s) 'b'" in capsys.readouterr().err
     header, rows = _rows("nan_feature")
     bad = _write(tmp_path / "bad.csv", header, rows)
-    assert main(["predict", model, "--allow-pickle", "--data", bad]) == 2
+    assert main(["predict", model, "--data", bad]) == 2
     assert "feature column 'b'" in capsys.readouterr().err
-    assert main(["predict", model, "--allow-pickle", "--data", data, "--column", "a"]) == 2
+    assert main(["predict", model, "--data", data, "--column", "a"]) == 2
     assert "--column applies to forecast models" in capsys.readouterr().err
 
 
 def test_save_and_load_go_through_the_two_functions(tmp_path, fitted):
     model_path, _ = fitted
-    with pytest.raises(cli._CLIError, match="--allow-pickle"):
-        cli._load_model(model_path, allow_pickle=False)
-    model, meta = cli._load_model(model_path, allow_pickle=True)
+    with open(model_path, "rb") as fh:
+        assert b"bayesnet-model" in fh.read(4096)  # safetensors with bayesnet's JSON header, not a pickle
+    model, meta = cli.load_model(model_path)
     assert meta["features"] == ["a", "b", "c"] and meta["model"] == "mlp" and meta["partial"] is None
-    copy = str(tmp_path / "copy.joblib")
-    cli._save_model(copy, model, meta)
-    assert cli._load_model(copy, allow_pickle=True)[1] == meta and not os.path.exists(copy + ".part")
+    copy = str(tmp_path / "copy.bayesnet")
+    cli.save_model(copy, model, meta)
+    assert cli.load_model(copy)[1] == meta and not list(tmp_path.glob("copy.bayesnet.tmp-*"))
+    legacy = tmp_path / "legacy.joblib"  # an earlier version's joblib file: only with allow_pickle
+    joblib.dump({"model": model, "meta": meta}, legacy)
+    with pytest.raises(cli.commands.CLIError, match="--allow-pickle"):
+        cli.load_model(str(legacy), allow_pickle=False)
+    assert cli.load_model(str(legacy), allow_pickle=True)[1] == meta
 
 
 # ---------------------------------------------------------------------- #
@@ -332,7 +340,7 @@ def test_divergence_saves_the_draws_as_a_partial_fit(tmp_path, capsys, good_csv,
         return out
 
     monkeypatch.setattr(BayesianMLPClassifier, "train_step", failing_step)
-    model = str(tmp_path / "m.joblib")
+    model = str(tmp_path / "m.bayesnet")
     code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "50", "--burn-in", "10",
                  "--thinning", "1", "--hidden", "4", "--quiet", "--step-size", "1e-4", "--output", model])
     assert code == 3
@@ -340,15 +348,15 @@ def test_divergence_saves_the_draws_as_a_partial_fit(tmp_path, capsys, good_csv,
     assert err.startswith("error: the fit diverged: the sghmc chain diverged at step")
     assert "(now --step-size 0.0001)" in err and "sampler__" not in err and "trace_" not in err
     assert f"were saved to {model} as a partial fit" in err and "Traceback" not in err
-    saved, meta = cli._load_model(model, allow_pickle=True)
+    saved, meta = cli.load_model(model)
     assert meta["partial"].startswith("diverged") and saved[-1].n_draws_kept_ > 0
-    assert main(["predict", model, "--allow-pickle", "--data", good_csv]) == 0
+    assert main(["predict", model, "--data", good_csv]) == 0
     out, err = capsys.readouterr()
     assert "is a partial fit (diverged" in err and len(out.strip().splitlines()) == 61
 
 
 def test_divergence_before_any_draw_saves_nothing(tmp_path, capsys, good_csv):
-    model = tmp_path / "m.joblib"
+    model = tmp_path / "m.bayesnet"
     code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "5", "--burn-in", "50",
                  "--thinning", "1", "--hidden", "4", "--quiet", "--step-size", "10", "--output", str(model)])
     assert code == 3 and "nothing was saved" in capsys.readouterr().err and not model.exists()
@@ -366,7 +374,7 @@ def test_ctrl_c_saves_a_partial_fit_and_exits_130(tmp_path, capsys, good_csv, mo
 
     monkeypatch.setattr(BayesianMLPClassifier, "train_step", interrupted_step)
     before = signal.getsignal(signal.SIGINT)
-    model = str(tmp_path / "m.joblib")
+    model = str(tmp_path / "m.bayesnet")
     code = main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "50", "--burn-in", "10",
                  "--thinning", "1", "--hidden", "4", "--quiet", "--output", model])
     assert code == 130 and signal.getsignal(signal.SIGINT) is before
@@ -375,7 +383,7 @@ def test_ctrl_c_saves_a_partial_fit_and_exits_130(tmp_path, capsys, good_csv, mo
     # 20 of them after burn-in, all kept
     assert err.startswith("interrupted (Ctrl-C) after 30 sampler steps.") and "as a partial fit" in err
     assert "test accuracy" not in out
-    saved, meta = cli._load_model(model, allow_pickle=True)
+    saved, meta = cli.load_model(model)
     assert meta["partial"] == "interrupted after 30 sampler steps; 20 draws" and saved[-1].n_draws_kept_ == 20
 
 
@@ -383,7 +391,7 @@ def test_ctrl_c_outside_the_fit(capsys, good_csv, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_read_csv", interrupted)
+    monkeypatch.setattr(cli.commands, "_load_csv_for_fit", interrupted)
     assert main(["fit", "--data", good_csv, "--target", "label", *TINY]) == 130
     assert "interrupted" in capsys.readouterr().err
 
@@ -396,28 +404,28 @@ def test_cli_fit_and_predict_csv(tmp_path, capsys):
     X = rng.normal(size=(120, 3))
     y = np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
     path = _write(tmp_path / "d.csv", ["a", "b", "c", "label"], [[*row, lab] for row, lab in zip(X, y)])
-    model = tmp_path / "m.joblib"
+    model = tmp_path / "m.bayesnet"
     assert main(["fit", "--data", path, "--target", "label", "--n-draws", "10", "--burn-in", "100",
                  "--thinning", "2", "--hidden", "8", "--n-chains", "2", "--quiet", "--output", str(model)]) == 0
     out = capsys.readouterr().out
     assert "test accuracy" in out and "expected calib. error" in out and "from 2 chains" in out
     preds = tmp_path / "p.csv"
-    assert main(["predict", str(model), "--allow-pickle", "--data", path, "--output", str(preds)]) == 0
+    assert main(["predict", str(model), "--data", path, "--output", str(preds)]) == 0
     rows = list(csv.reader(open(preds)))
     assert rows[0][:3] == ["row", "prediction", "proba_no"] and len(rows) == 121
     assert {r[1] for r in rows[1:]} <= {"yes", "no"}
 
 
 def test_cli_forecast_bundled_sunspots(tmp_path, capsys):
-    model = tmp_path / "s.joblib"
+    model = tmp_path / "s.bayesnet"
     assert main(["fit", "--dataset", "sunspots", "--n-draws", "20", "--burn-in", "300", "--thinning", "2",
                  "--quiet", "--output", str(model)]) == 0
     out = capsys.readouterr().out
     assert "test RMSE" in out and "interval coverage" in out
     series = _write(tmp_path / "series.csv", ["spots"], [[v] for v in load_sunspots()[:30]])
-    assert main(["predict", str(model), "--allow-pickle", "--data", series]) == 2
+    assert main(["predict", str(model), "--data", series]) == 2
     assert "name the CSV column holding the series with --column" in capsys.readouterr().err
-    assert main(["predict", str(model), "--allow-pickle", "--data", series, "--column", "spots"]) == 0
+    assert main(["predict", str(model), "--data", series, "--column", "spots"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "row,prediction,std,lower,upper" and len(lines) == 1 + 30 - 4 + 1
 
@@ -430,13 +438,13 @@ def test_cli_predict_uses_the_fitted_column_order(tmp_path):
     _write(train, ["a", "b", "y"], [[*r, t] for r, t in zip(X, y)])
     with open(train, "a") as fh:
         fh.write("\n")  # a trailing blank line is ignored
-    model = tmp_path / "m.joblib"
+    model = tmp_path / "m.bayesnet"
     assert main(["fit", "--data", str(train), "--target", "y", "--task", "regression", "--n-draws", "5",
                  "--burn-in", "50", "--thinning", "2", "--hidden", "4", "--quiet", "--output", str(model)]) == 0
     swapped = _write(tmp_path / "swapped.csv", ["b", "a"], [[r[1], r[0]] for r in X[:5]])
     out1, out2 = tmp_path / "p1.csv", tmp_path / "p2.csv"
-    assert main(["predict", str(model), "--allow-pickle", "--data", str(train), "--output", str(out1)]) == 0
-    assert main(["predict", str(model), "--allow-pickle", "--data", swapped, "--output", str(out2)]) == 0
+    assert main(["predict", str(model), "--data", str(train), "--output", str(out1)]) == 0
+    assert main(["predict", str(model), "--data", swapped, "--output", str(out2)]) == 0
     assert list(csv.reader(open(out1)))[1:6] == list(csv.reader(open(out2)))[1:6]
 
 
@@ -468,12 +476,12 @@ ARCHITECTURES = [
 def test_every_architecture_fits_and_predicts(tmp_path, capsys, kind, task, options, name, params):
     data = _image_csv(tmp_path / "img.csv", task)
     drop = _write(tmp_path / "new.csv", [f"p{i}" for i in range(16)], [list(np.arange(16) / 16.0)] * 3)
-    model = str(tmp_path / "m.joblib")
+    model = str(tmp_path / "m.bayesnet")
     assert main(["fit", "--data", data, "--target", "target", "--task", task, "--model", kind, *TINY,
                  "--set", "sampler__friction=0.1", "--set", "prior_scale=0.5", *options, "--output", model]) == 0
     out = capsys.readouterr().out
     assert f"model={kind}" in out and ("test accuracy" in out if task == "classification" else "test RMSE" in out)
-    pipeline, meta = cli._load_model(model, allow_pickle=True)
+    pipeline, meta = cli.load_model(model)
     est = pipeline[-1]
     assert type(est).__name__ == name and est.n_draws_kept_ == 5
     got = est.get_params()
@@ -483,21 +491,21 @@ def test_every_architecture_fits_and_predicts(tmp_path, capsys, kind, task, opti
         assert est.input_shape_ == (8, 2)
     elif kind == "rnn":
         assert est.input_shape_ == (16, 1)  # univariate sequences, one column per step
-    assert main(["predict", model, "--allow-pickle", "--data", drop]) == 0
+    assert main(["predict", model, "--data", drop]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4 and lines[0].startswith("row,prediction,")
 
 
 def test_rnn_forecast_reads_windows_oldest_first(tmp_path, capsys):
     series = _write(tmp_path / "s.csv", ["t", "value"], [[i, np.sin(i / 3)] for i in range(60)])
-    model = str(tmp_path / "m.joblib")
+    model = str(tmp_path / "m.bayesnet")
     assert main(["fit", "--data", series, "--target", "value", "--task", "forecast", "--model", "rnn", *TINY,
                  "--set", "hidden_size=4", "--hidden", "4", "--dimension", "3", "--delay", "2", "--output",
                  model]) == 0
-    pipeline, meta = cli._load_model(model, allow_pickle=True)
+    pipeline, meta = cli.load_model(model)
     assert meta["n_lags"] == 6 and pipeline[-1].input_shape_ == (3, 1)
     reverse = pipeline[-2]  # Takens windows are newest first; the RNN reads them in time order
     assert np.array_equal(reverse.transform(np.array([[3.0, 2.0, 1.0]])), [[1.0, 2.0, 3.0]])
     capsys.readouterr()
-    assert main(["predict", model, "--allow-pickle", "--data", series]) == 0
+    assert main(["predict", model, "--data", series]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 60 - 6 + 1

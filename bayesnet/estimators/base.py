@@ -166,6 +166,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         super().initialize()
         for attr in ("sampler_state_", "trace_", "shards_", "group_"):
             setattr(self, attr, None)
+        self.loaded_ = False
         return self
 
     def on_batch_begin(self, net, batch=None, training=False, **kwargs):
@@ -242,6 +243,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         if fit_params:
             raise TypeError(f"{type(self).__name__}.fit got unexpected fit parameter(s) {sorted(fit_params)}; "
                             "sample weights and forward arguments are not supported.")
+        if getattr(self, "loaded_", False):
+            raise ValueError(f"this {type(self).__name__} was loaded from a model file: it holds the draws, not the "
+                             "chains' sampler state, so partial_fit cannot continue them; call fit() to sample anew.")
         if not self.initialized_:
             self.initialize()
         running = getattr(self, "sampler_", None)
@@ -338,6 +342,22 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 f"standardise the inputs. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
                 "discarded (see fit_status_).")
+
+    def save(self, path) -> None:
+        """Write the fitted estimator to ``path`` in bayesnet's model format: the draws as safetensors, the
+        specification and diagnostics as JSON; :func:`bayesnet.load` reads it back without running code from the
+        file (see :mod:`bayesnet.io`).
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before ``fit``.
+        ValueError
+            For a parameter that is not plain data (a callable, a custom prior object).
+        """
+        from ..io import save
+
+        save(self, path)
 
     def _sync_module(self) -> None:
         """Copy the first chain's current position into ``module_`` (and ``criterion_``)."""

@@ -1,0 +1,328 @@
+"""The ``bayesnet fit`` and ``bayesnet predict`` commands, and their model files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+from .options import CLIError, _TASKS, build_parser
+from .data import _check_input_file, _check_output_path, _load_csv_for_fit, _numeric, _target_cells, read_csv
+from .models import _build_pipeline, _check_shape, _cli_words, _fit_settings, _option
+
+
+# ---------------------------------------------------------------------- #
+# model files: bayesnet's own format (bayesnet.io: safetensors + JSON, no code on load); a pickle only when asked
+# ---------------------------------------------------------------------- #
+_PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")  # pickle protocol 2-5 (uncompressed joblib)
+_COMPRESSED_MAGIC = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda", b"\x1f\x8b", b"BZh", b"\xfd7zXZ",
+                     b"\x04\x22\x4d\x18")  # joblib's zlib, gzip, bz2, xz and lz4 compressors
+
+
+def save_model(path: str, model, meta: dict) -> None:
+    """Write the fitted pipeline and its metadata to ``path`` in bayesnet's model format (:func:`bayesnet.save`:
+    draws and statistics as safetensors, the rest as JSON; written to a temporary file, then renamed)."""
+    from ..io import save
+
+    try:
+        save(model, path, metadata=meta)
+    except OSError as exc:
+        raise CLIError(f"cannot write the model to {path}: {exc.strerror or exc}.", code=1) from None
+
+
+def load_model(path: str, allow_pickle: bool = False):
+    """Read ``(model, meta)`` from a file written by :func:`save_model` (no code runs while reading it); a
+    joblib/pickle file of an earlier version only with ``allow_pickle``."""
+    from ..io import load
+
+    _check_input_file(path, "model file")
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
+        return _load_pickle(path, allow_pickle)
+    try:
+        model, meta = load(path, return_metadata=True)
+    except ValueError as exc:
+        raise CLIError(f"{path} is not a bayesnet model file; give the file written by `bayesnet fit --output` "
+                       f"({exc}).") from None
+    if not (isinstance(meta, dict) and meta.get("task") in _TASKS):
+        raise CLIError(f"{path} is a bayesnet model file, but not one written by `bayesnet fit` (it lacks the "
+                       "command's metadata: task, features).")
+    return model, meta
+
+
+def _load_pickle(path: str, allow_pickle: bool):
+    import joblib
+
+    if not allow_pickle:
+        raise CLIError(f"{path} is a joblib (pickle) file, and loading a pickle can execute arbitrary code. Load "
+                       "only files you trust (written by you or by someone you trust), with --allow-pickle; "
+                       "`bayesnet fit` now writes files that hold no code.")
+    try:
+        bundle = joblib.load(path)
+    except Exception as exc:  # a corrupt or foreign pickle can fail in any way
+        raise CLIError(f"could not load {path} as a bayesnet model ({type(exc).__name__}: {exc}).") from None
+    if not (isinstance(bundle, dict) and {"model", "meta"} <= set(bundle) and isinstance(bundle["meta"], dict)
+            and bundle["meta"].get("task") in _TASKS):
+        raise CLIError(f"{path} is a joblib file but not a bayesnet model file; give the file written by "
+                       "`bayesnet fit --output`.")
+    return bundle["model"], bundle["meta"]
+
+
+# ---------------------------------------------------------------------- #
+# fit
+# ---------------------------------------------------------------------- #
+@contextmanager
+def _stop_on_sigint():
+    """During a fit, Ctrl-C ends sampling (the estimator keeps its draws) and is remembered, so that the
+    command can save what was collected and exit 130 instead of carrying on as if the fit were complete."""
+    state = {"interrupted": False}
+
+    def handler(signum, frame):
+        state["interrupted"] = True
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave the handler alone
+        previous = None
+    try:
+        yield state
+    except KeyboardInterrupt:
+        state["interrupted"] = True
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+def _steps_taken(est) -> int:
+    """Sampler steps completed: the chain's own count, or the run's status (chains in worker processes)."""
+    state = getattr(est, "sampler_state_", None)
+    if state is not None:
+        return int(state.step)
+    status = getattr(est, "fit_status_", None)
+    return int(status.get("steps_taken", 0)) if status else 0
+
+def _fit_data(settings: dict, args):
+    if settings["source"] == "breast_cancer":
+        from sklearn.datasets import load_breast_cancer
+
+        data = load_breast_cancer()
+        return data.data, data.target_names[data.target], list(data.feature_names)
+    if settings["source"] == "sunspots":
+        from ..datasets import load_sunspots
+
+        return load_sunspots(), None, ["sunspots"]
+    return _load_csv_for_fit(args.data, args.target, settings["task"])
+
+def _split(X, y, settings: dict, args):
+    from sklearn.model_selection import train_test_split
+
+    task, n = settings["task"], len(X)
+    if task == "forecast":
+        from ..timeseries import make_forecasting_windows
+
+        n_lags = settings["dimension"] * settings["delay"]
+        if len(X) < n_lags + 3:
+            raise CLIError(f"the series has {len(X)} values, too few for --dimension {settings['dimension']} x "
+                            f"--delay {settings['delay']} = {n_lags} lags (at least {n_lags + 3} are needed to "
+                            "have training and test windows).")
+        Xw, yw = make_forecasting_windows(np.asarray(X, dtype=float).ravel(), n_lags=n_lags)
+        split = int(round(len(yw) * (1 - args.test_size)))  # chronological split
+        if split < 2 or split >= len(yw):
+            raise CLIError(f"--test-size {args.test_size} leaves {split} of {len(yw)} windows for training and "
+                            f"{len(yw) - split} for testing; each side needs at least {2 if split < 2 else 1}.")
+        return Xw[:split], Xw[split:], yw[:split], yw[split:]
+    try:
+        return train_test_split(X, y, test_size=args.test_size, random_state=settings["params"]["random_state"],
+                                stratify=y if task == "classification" else None)
+    except ValueError as exc:
+        raise CLIError(f"cannot split the {n} rows with --test-size {args.test_size}: {exc}") from None
+
+def _fit(args) -> int:
+    settings = _fit_settings(args)
+    settings["input_shape"] = args.input_shape
+    _check_output_path(args.output)
+    X, y, features = _fit_data(settings, args)
+    task, source = settings["task"], settings["source"]
+    Xtr, Xte, ytr, yte = _split(X, y, settings, args)
+    meta = {"task": task, "source": source, "features": features, "target": args.target,
+            "model": settings["kind"], "input_shape": settings["input_shape"], "partial": None}
+    if task == "forecast":
+        meta["n_lags"] = settings["dimension"] * settings["delay"]
+        model = _build_pipeline(settings, embed=settings["dimension"])
+    else:
+        _check_shape(settings, X.shape[1])
+        model = _build_pipeline(settings)
+    est = model[-1]
+
+    print(f"bayesnet: {task} on {source} ({len(Xtr)} train / {len(Xte)} test rows), model={settings['kind']}, "
+          f"sampler={est.sampler}", flush=True)
+    from ..samplers import DivergenceError
+
+    t0 = time.perf_counter()
+    with _stop_on_sigint() as sigint:
+        try:
+            model.fit(Xtr, ytr)
+        except DivergenceError as exc:
+            return _stopped(model, meta, args, settings, "diverged", _cli_words(str(exc), settings["given"]))
+        except (ValueError, TypeError) as exc:
+            if _steps_taken(est):
+                raise
+            # bad settings found when the network is built (sizes, activation, ...), before the first step
+            raise CLIError(_cli_words(str(exc), settings["given"])) from None
+    # the estimator itself ends a Ctrl-C'ed fit at the end of a sampler step and records it
+    if sigint["interrupted"] or getattr(est, "fit_status_", {}).get("status") == "interrupted":
+        return _stopped(model, meta, args, settings, "interrupted", "")
+    elapsed = time.perf_counter() - t0
+    chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \
+        if est.n_chains > 1 and "max_rhat" in est.diagnostics_ else ""
+    print(f"fitted in {elapsed:.1f} s: {est.n_draws_kept_} posterior draws kept{chains} "
+          f"(burn-in {est.burn_in} steps, thinning {est.trace_.thinning}, "
+          f"{est.diagnostics_['n_steps']} sampler steps)")
+    _print_metrics(model, task, Xte, yte, args.level)
+    if args.output:
+        save_model(args.output, model, meta)
+        print(f"model saved to {args.output}")
+    return 0
+
+def _stopped(model, meta: dict, args, settings: dict, why: str, message: str) -> int:
+    """A fit that ended early: save the draws collected so far, marked partial, and say so. Exit code 3 for a
+    divergence, 130 for Ctrl-C."""
+    est = model[-1]
+    trace = getattr(est, "trace_", None)
+    n_draws = len(trace) if trace is not None else 0
+    steps = _steps_taken(est)
+    if why == "diverged":
+        head, code = f"error: the fit diverged: {message}", 3
+        meta["partial"] = f"diverged after {steps} sampler steps; {n_draws} draws"
+        retry = f"rerun with a smaller {_option('sampler__step_size', settings['given'])} for a complete fit"
+    else:
+        head, code = f"interrupted (Ctrl-C) after {steps} sampler steps.", 130
+        meta["partial"] = f"interrupted after {steps} sampler steps; {n_draws} draws"
+        retry = "rerun for a complete fit"
+    if n_draws == 0:
+        tail = " No draw was collected before it, so nothing was saved."
+    elif not args.output:
+        tail = f" The {n_draws} draws collected before it were not saved (--output '')."
+    else:
+        save_model(args.output, model, meta)
+        tail = (f" The {n_draws} draws collected before it were saved to {args.output} as a partial fit: "
+                f"`bayesnet predict` can use it, but it is not the posterior sample that was asked for; {retry}.")
+    print(head + tail, file=sys.stderr)
+    return code
+
+def _print_metrics(model, task: str, Xte, yte, level: float) -> None:
+    from ..metrics import expected_calibration_error, interval_coverage
+
+    est = model[-1]
+    if task == "classification":
+        from sklearn.metrics import accuracy_score, log_loss
+
+        proba, lo, hi = model.predict_proba(Xte, return_interval=True, level=level)
+        pred = est.classes_[np.argmax(proba, axis=1)]
+        print(f"test accuracy          {accuracy_score(yte, pred):.4f}")
+        print(f"test log loss          {log_loss(yte, proba, labels=est.classes_):.4f}")
+        print(f"expected calib. error  {expected_calibration_error(yte, proba, classes=est.classes_):.4f}")
+        print(f"mean {level:.0%} credible width of p(class) {np.mean(hi - lo):.4f}")
+    else:
+        mean, std, lo, hi = model.predict(Xte, return_std=True, return_interval=True, level=level)
+        rmse = float(np.sqrt(np.mean((mean - yte) ** 2)))
+        print(f"test RMSE              {rmse:.4f}")
+        print(f"{level:.0%} interval coverage   {interval_coverage(yte, lo, hi):.4f}")
+        print(f"mean interval width    {np.mean(hi - lo):.4f}")
+
+# ---------------------------------------------------------------------- #
+# predict
+# ---------------------------------------------------------------------- #
+def _predict(args) -> int:
+    import pandas as pd
+
+    _check_input_file(args.data, "--data: file")
+    _check_output_path(args.output)
+    model, meta = load_model(args.model, args.allow_pickle)
+    if meta.get("partial"):
+        print(f"warning: {args.model} is a partial fit ({meta['partial']}).", file=sys.stderr)
+    if meta["task"] == "forecast":
+        from ..timeseries import make_forecasting_windows
+
+        column = args.column or meta["target"]
+        if column is None:
+            raise CLIError("this model was fitted on the bundled series; name the CSV column holding the series "
+                            "with --column.")
+        names, body = read_csv(args.data)
+        _target_cells(args.data, names, body, column)
+        series = _numeric(args.data, names, body, [column], "series")[:, 0]
+        if len(series) < meta["n_lags"]:
+            raise CLIError(f"column {column!r} has {len(series)} values; the model needs the {meta['n_lags']} "
+                            "previous values for each forecast.")
+        # one window per time with enough history, plus the window for the next, unobserved value
+        padded = np.concatenate([series, [0.0]])
+        X, _ = make_forecasting_windows(padded, n_lags=meta["n_lags"])
+        index = np.arange(meta["n_lags"], len(padded))
+    else:
+        if args.column is not None:
+            raise CLIError("--column applies to forecast models; this model reads the columns "
+                            f"{', '.join(meta['features'])}.")
+        names, body = read_csv(args.data)
+        missing = [f for f in meta["features"] if f not in names]
+        if missing:
+            raise CLIError(f"{args.data} lacks the feature column(s) {', '.join(map(repr, missing))} that the "
+                            "model was fitted on.")
+        X = _numeric(args.data, names, body, meta["features"], "feature")
+        index = np.arange(len(X))
+    if meta["task"] == "classification":
+        proba, lo, hi = model.predict_proba(X, return_interval=True, level=args.level)
+        classes = model[-1].classes_
+        table = {"row": index, "prediction": classes[np.argmax(proba, axis=1)]}
+        for j, c in enumerate(classes):
+            table.update({f"proba_{c}": proba[:, j], f"lower_{c}": lo[:, j], f"upper_{c}": hi[:, j]})
+    else:
+        mean, std, lo, hi = model.predict(X, return_std=True, return_interval=True, level=args.level)
+        table = {"row": index, "prediction": mean, "std": std, "lower": lo, "upper": hi}
+    frame = pd.DataFrame(table)
+    if args.output:
+        frame.to_csv(args.output, index=False, float_format="%.6g")
+        print(f"{len(frame)} predictions written to {args.output}", file=sys.stderr)
+    else:
+        frame.to_csv(sys.stdout, index=False, float_format="%.6g", lineterminator="\n")
+    return 0
+
+def main(argv=None) -> int:
+    """Run the ``bayesnet`` command.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit code: 0 on success; 2 for bad input (argparse exits with ``SystemExit(2)`` itself for bad
+        options; bad files and data print one line ``error: ...``); 3 when the fit diverged; 130 when it was
+        interrupted (Ctrl-C). A diverged or interrupted fit still saves the draws collected before it, marked
+        partial.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        return {"fit": _fit, "predict": _predict}[args.command](args)
+    except CLIError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C).", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `bayesnet predict ... | head`: the reader left; not an error of ours
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout at exit
+        except (OSError, ValueError):
+            pass
+        return 141
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Model files that hold data, not code: bayesnet.save / bayesnet.load."""
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits, load_iris
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import bayesnet
+from bayesnet import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPClassifier, BayesianMLPRegressor,
+                      BayesianRNNClassifier, BayesianRNNRegressor, TakensEmbedding, make_forecasting_windows)
+from bayesnet.datasets import load_sunspots
+
+SMALL = dict(n_draws=6, burn_in=20, thinning=2, random_state=0, sampler__step_size=2e-5)
+ESTIMATORS = [
+    (BayesianMLPClassifier, dict(hidden_layer_sizes=(8,)), "class"),
+    (BayesianMLPRegressor, dict(hidden_layer_sizes=(8,)), "reg"),
+    (BayesianCNNClassifier, dict(channels=(4,), dense_layer_sizes=(8,), input_shape=(1, 8, 8)), "class"),
+    (BayesianCNNRegressor, dict(channels=(4,), dense_layer_sizes=(8,), input_shape=(1, 8, 8)), "reg"),
+    (BayesianRNNClassifier, dict(hidden_size=4, dense_layer_sizes=(4,)), "class"),
+    (BayesianRNNRegressor, dict(hidden_size=4, dense_layer_sizes=(4,), cell="gru"), "reg"),
+]
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return (X[:200] / 16.0).astype(np.float32), y[:200]
+
+
+@pytest.mark.parametrize("cls,arch,task", ESTIMATORS, ids=[c[0].__name__ for c in ESTIMATORS])
+def test_round_trip_gives_identical_predictions(cls, arch, task, digits, tmp_path):
+    X, y = digits
+    if cls in (BayesianRNNClassifier, BayesianRNNRegressor):
+        X = X[:, :16].reshape(-1, 8, 2)
+    target = y if task == "class" else X.reshape(len(X), -1)[:, 3:5].sum(1) + 0.1 * y
+    est = cls(**arch, **SMALL, n_chains=2).fit(X, target)
+    path = tmp_path / "m.bayesnet"
+    est.save(path)
+    back = bayesnet.load(path)
+    assert type(back) is cls and back.n_draws_kept_ == est.n_draws_kept_ == 12
+    if task == "class":
+        np.testing.assert_array_equal(back.predict_proba(X, return_interval=True)[1],
+                                      est.predict_proba(X, return_interval=True)[1])
+        np.testing.assert_array_equal(back.classes_, est.classes_)
+    else:
+        for a, b in zip(back.predict(X, return_std=True, return_interval=True),
+                        est.predict(X, return_std=True, return_interval=True)):
+            np.testing.assert_array_equal(a, b)
+    assert back.diagnostics_ == est.diagnostics_ and back.fit_status_ == est.fit_status_
+    np.testing.assert_array_equal(back.get_draws()["head.layers.0.weight"], est.get_draws()["head.layers.0.weight"])
+    assert back.get_params()["sampler__step_size"] == 2e-5 and back.input_shape_ == est.input_shape_
+    with pytest.raises(ValueError, match="loaded from a model file.*call fit"):
+        back.partial_fit(X, target)
+    back.fit(X, target)  # fit samples anew
+    assert back.n_draws_kept_ == 12
+
+
+def test_pipelines_with_scalers_and_takens(tmp_path):
+    X, y = make_forecasting_windows(load_sunspots(), n_lags=8)
+    pipe = make_pipeline(TakensEmbedding(dimension=4, delay=2), StandardScaler(),
+                         BayesianMLPRegressor((8,), sampler="sgld", **SMALL)).fit(X[:200], y[:200])
+    bayesnet.save(pipe, tmp_path / "p.bayesnet", metadata={"task": "forecast", "n_lags": 8, "note": [1, 2.5]})
+    back, meta = bayesnet.load(tmp_path / "p.bayesnet", return_metadata=True)
+    assert meta == {"task": "forecast", "n_lags": 8, "note": [1, 2.5]}
+    assert [type(s).__name__ for _, s in back.steps] == ["TakensEmbedding", "StandardScaler", "BayesianMLPRegressor"]
+    np.testing.assert_array_equal(back.predict(X[200:]), pipe.predict(X[200:]))
+
+
+def test_the_file_size_follows_the_draws_not_the_run(tmp_path):
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    sizes = []
+    for burn_in in (50, 3000):
+        est = BayesianMLPClassifier((8,), n_draws=10, burn_in=burn_in, random_state=0).fit(X, y)
+        est.save(tmp_path / f"{burn_in}.bayesnet")
+        sizes.append(os.path.getsize(tmp_path / f"{burn_in}.bayesnet"))
+    assert abs(sizes[1] - sizes[0]) < 200, sizes  # a few digits of the diagnostics, not the 3000 steps
+
+
+def _tamper(path, out, edit):
+    """Rewrite the JSON header of a saved model through ``edit(spec)`` (what an attacker can write)."""
+    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        header = f.metadata()
+    spec = json.loads(header["spec"])
+    edit(spec)
+    header["spec"] = json.dumps(spec)
+    save_file(load_file(str(path)), str(out), metadata=header)
+
+
+def test_loading_never_builds_what_the_file_names_outside_the_allowlist(tmp_path):
+    X, y = load_iris(return_X_y=True)
+    est = BayesianMLPClassifier((4,), n_draws=3, burn_in=10, random_state=0).fit(StandardScaler().fit_transform(X), y)
+    est.save(tmp_path / "m.bayesnet")
+    evil = tmp_path / "evil.bayesnet"
+    _tamper(tmp_path / "m.bayesnet", evil, lambda s: s["estimator"].__setitem__("class", "os.system"))
+    with pytest.raises(ValueError, match="unknown estimator class 'os.system'"):
+        bayesnet.load(evil)
+    marker = tmp_path / "ran"
+    _tamper(tmp_path / "m.bayesnet", evil, lambda s: s["estimator"]["params"].__setitem__(
+        "sampler", {"__function__": f"os.system('touch {marker}')"}))
+    with pytest.raises(Exception):
+        bayesnet.load(evil)
+    assert not marker.exists()
+    (tmp_path / "junk.bayesnet").write_bytes(b"\x80\x04not a model")
+    with pytest.raises(ValueError, match="not a bayesnet model file"):
+        bayesnet.load(tmp_path / "junk.bayesnet")
+    with pytest.raises(FileNotFoundError):
+        bayesnet.load(tmp_path / "missing.bayesnet")
+
+
+def test_what_cannot_be_saved_safely_is_refused(tmp_path):
+    from sklearn.exceptions import NotFittedError
+    from sklearn.preprocessing import FunctionTransformer
+
+    with pytest.raises(NotFittedError):
+        bayesnet.save(BayesianMLPClassifier(), tmp_path / "x.bayesnet")
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    pipe = make_pipeline(FunctionTransformer(np.tanh), BayesianMLPClassifier((4,), n_draws=3, burn_in=10)).fit(X, y)
+    with pytest.raises(ValueError, match="only bayesnet's own reshapes"):
+        bayesnet.save(pipe, tmp_path / "f.bayesnet")
+    with pytest.raises(TypeError, match="not LogisticRegression"):
+        from sklearn.linear_model import LogisticRegression
+
+        bayesnet.save(LogisticRegression().fit(X, y), tmp_path / "l.bayesnet")
+    assert not list(tmp_path.glob("*.tmp-*"))  # a failed save leaves no temporary file
+
+
+def test_a_cuda_fitted_model_loads_on_the_cpu(tmp_path, monkeypatch):
+    """The draws are stored on the CPU; a model saved with device="cuda" predicts on a machine without one."""
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X).astype(np.float32)
+    est = BayesianMLPClassifier((4,), n_draws=3, burn_in=10, random_state=0).fit(X, y)
+    est.save(tmp_path / "m.bayesnet")
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "m.bayesnet"), "pt") as f:
+        assert all(f.get_tensor(k).device.type == "cpu" for k in f.keys())
+    _tamper(tmp_path / "m.bayesnet", tmp_path / "c.bayesnet",
+            lambda s: (s["estimator"]["params"].__setitem__("device", "cuda"), s["estimator"].__setitem__("device", "cuda:0")))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    back = bayesnet.load(tmp_path / "c.bayesnet")
+    assert back.device_.type == "cpu"
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_fit_save_load_predict(tmp_path):
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X).astype(np.float32)
+    est = BayesianMLPClassifier((8,), n_draws=5, burn_in=20, random_state=0, device="cuda").fit(X, y)
+    est.save(tmp_path / "m.bayesnet")
+    back = bayesnet.load(tmp_path / "m.bayesnet")
+    np.testing.assert_allclose(back.predict_proba(X), est.predict_proba(X), atol=1e-6)
