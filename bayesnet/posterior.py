@@ -295,6 +295,16 @@ class ChainPosterior:
             torch._foreach_sub_(grads[: len(net)], prior_grad(net))
         return u, grads
 
+    def halves(self, batch):
+        """The two halves of a mini-batch (for the warm-up's gradient-noise estimate), or None when ``batch``
+        is the full data (its gradient has no mini-batch noise) or too small to split."""
+        X, y = batch
+        n = y.shape[0]
+        if n >= self.n_data or n < 4:
+            return None
+        h = n // 2
+        return (X[:h], y[:h]), (X[h: 2 * h], y[h: 2 * h])
+
     def member(self, index: int) -> list[Tensor]:
         """The current position of member ``index`` (detached views)."""
         return [p.detach()[index] for p in self.parameters]

@@ -186,8 +186,8 @@ OPTION_CASES = [
     (["--input-shape", "1,x"], "argument --input-shape: expected 2 or 3 positive integers"),
     (["--set", "prior_scale"], "argument --set: expected KEY=VALUE"),
     (["--sampler", "sgld", "--friction", "0.1"],
-     "--friction: the sgld sampler has no hyperparameter 'friction'; its hyperparameters are step_size, "
-     "temperature (set them with --set sampler__NAME=VALUE)"),
+     "--friction: the sgld sampler has no hyperparameter 'friction'; its hyperparameters are "
+     "adaptation_steps, preconditioner, step_size, temperature (set them with --set sampler__NAME=VALUE)"),
     (["--set", "step_size=1e-3"], "--set step_size: BayesianMLPClassifier has no parameter 'step_size' that the "
                                   "command line can set; step_size is a hyperparameter of the sghmc sampler: "
                                   "--set sampler__step_size=..."),

@@ -152,7 +152,8 @@ def test_hmc_adapts_during_burn_in_and_warns_on_minibatches(cancer):
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # batch_size="auto" gives hmc the full batch: no warning
+        warnings.simplefilter("error")  # batch_size="auto" gives hmc the full batch: no warning but the warm-up's
+        warnings.filterwarnings("ignore", "the warm-up", ConvergenceWarning)  # (5 steps cannot settle)
         auto = {k: v for k, v in FAST.items() if k != "batch_size"}
         BayesianMLPClassifier(**{**auto, "burn_in": 5, "n_draws": 2}, sampler="hmc", sampler__n_leapfrog=2).fit(Xtr, ytr)
     with pytest.warns(UserWarning, match="no longer exact"):
@@ -389,6 +390,6 @@ def test_tacthmc_divergence_names_the_tempering_step(cancer):
     names both step sizes."""
     Xtr, _, ytr, _ = cancer
     clf = BayesianMLPClassifier(hidden_layer_sizes=(16,), n_draws=10, burn_in=300, batch_size=64, random_state=0,
-                                sampler="tacthmc", sampler__tempering_step_size=1.5e-3)
+                                sampler="tacthmc", sampler__step_size=1e-4, sampler__tempering_step_size=1.5e-3)
     with pytest.raises(DivergenceError, match=r"sampler__step_size=0.0001; or sampler__tempering_step_size \(now"):
         clf.fit(Xtr, ytr)

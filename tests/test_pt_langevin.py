@@ -52,7 +52,7 @@ def test_ladder_and_defaults():
     s = make_sampler("pt-langevin")
     assert isinstance(s, PTLangevin)
     assert (s.n_replicas, s.max_temperature, s.swap_interval, s.langevin_prob, s.step_size) == (10, 5.0, 100, 0.5,
-                                                                                               0.025)
+                                                                                               "auto")
     assert s.members_per_chain() == 10 and s.default_thinning == 10
     np.testing.assert_allclose(s.temperatures.numpy(), 5.0 ** (np.arange(10) / 9), rtol=1e-12)
     assert s.temperatures[0] == 1.0 and s.temperatures[-1] == pytest.approx(5.0)
@@ -257,7 +257,7 @@ def test_the_langevin_proposal_ratio_is_needed():
     """Power: without the log q(theta|theta') - log q(theta'|theta) term the Langevin-only chain is biased
     (the variance is off by about 50 %), while the correct one matches the Gaussian."""
     class WithoutCorrection(PTLangevin):
-        def _log_proposal_ratio(self, start, proposal, noise, grad_new, drift, sigma):
+        def _log_proposal_ratio(self, start, proposal, noise, grad_new, drift, sigma, m):
             return torch.zeros(start[0].shape[0], dtype=start[0].dtype)
 
     C = 256

@@ -53,14 +53,14 @@ class RandomWalkMetropolis(Sampler):
         self.step_size = step_size
         self.temperature = temperature
 
-    def _init(self, position, rng, layout):
-        return RWMState(position=position, layout=layout, rng=rng)
+    def _init(self, position, rng, layout, precond):
+        return RWMState(position=position, layout=layout, rng=rng, precond=precond)
 
     def reset_cache(self, state):
         state.value = None
 
     @torch.no_grad()
-    def step(self, state, potential, batch):
+    def _step(self, state, potential, batch):
         from bayesnet.samplers.integrators import gaussian_like
 
         if state.value is None:

@@ -6,10 +6,15 @@ from bayesnet import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPCl
                       BayesianRNNClassifier, BayesianRNNRegressor)
 
 # Small, fast settings: the checks fit dozens of times.
-FAST = dict(n_draws=10, burn_in=150, thinning=5, batch_size=64, random_state=0)
+FAST = dict(n_draws=10, burn_in=200, thinning=5, batch_size=64, random_state=0)
 
 # Checks that cannot pass, with the reason (parametrize_with_checks marks them xfail).
+_CONV_ROUNDING = ("float32 convolution kernels round differently for different numbers of rows (measured: "
+                  "1.3e-7 on outputs of order 1, float32's machine epsilon, against the check's 1e-7 tolerance; also "
+                  "with oneDNN off), so a row's prediction can differ in its last bit between a subset and the whole")
 EXPECTED_FAILED = {
+    "BayesianCNNRegressor": {"check_methods_subset_invariance": _CONV_ROUNDING},
+    "BayesianCNNClassifier": {"check_methods_subset_invariance": _CONV_ROUNDING},
     "BayesianRNNRegressor": {
         "check_regressors_train": "the check's data is 10 tabular columns with one informative: read as a sequence, "
         "the recurrent net must learn to keep column 5 in its state; it does (R^2 0.55 after 3000 sghmc steps) but "
@@ -19,14 +24,13 @@ EXPECTED_FAILED = {
 
 
 @parametrize_with_checks(
-    # the regressors run SGLD: on some checks' raw data (large unscaled features) SGHMC's default step heats the
-    # chain without bound (kinetic temperature 1e13), which stops the fit as a divergence
+    # every estimator at its default sampler and step size (the warm-up adapts it, also on the checks' raw data)
     [BayesianMLPClassifier(hidden_layer_sizes=(16,), **FAST),
-     BayesianMLPRegressor(hidden_layer_sizes=(16,), **{**FAST, "sampler": "sgld"}),
+     BayesianMLPRegressor(hidden_layer_sizes=(16,), **FAST),
      # 2-D X: one-channel signals for the CNN, univariate sequences for the RNN
      BayesianCNNClassifier(channels=(4,), dense_layer_sizes=(16,), **FAST),
      # (a convolution over tabular columns learns slower than a dense layer: more steps for the score checks)
-     BayesianCNNRegressor(channels=(8,), dense_layer_sizes=(16,), **{**FAST, "burn_in": 400, "sampler": "sgld"}),
+     BayesianCNNRegressor(channels=(8,), dense_layer_sizes=(16,), **{**FAST, "burn_in": 400}),
      BayesianRNNClassifier(hidden_size=8, dense_layer_sizes=(8,), **FAST),
      BayesianRNNRegressor(hidden_size=8, dense_layer_sizes=(8,), **FAST)],
     expected_failed_checks=lambda est: EXPECTED_FAILED.get(type(est).__name__, {}),

@@ -136,6 +136,10 @@ class DivergenceMonitor(Callback):
     def on_batch_end(self, net, training=False, info=None, step=None, stored=None, nonfinite=None, **kwargs):
         if not training or info is None:
             return
+        sampler_state = net.sampler_state_
+        report = getattr(sampler_state, "warmup_report", None)
+        if getattr(sampler_state, "warmup", None) is not None or (report is not None and step <= report["n_steps"]):
+            return  # the sampler's warm-up guards itself: it puts back and slows a member that goes bad
         state = self._state(net)
         burn_in = net.plan_.burn_in
         bad = state["bad"]

@@ -342,6 +342,11 @@ def warn_status(net) -> None:
                         f"The other chains finished. Reduce the step size "
                         f"({net.sampler_.divergence_hint(state)}) or standardise the "
                         "inputs.")
+    report = getattr(state, "warmup_report", None) if state is not None else None
+    if report is not None and not report.get("settled", True):
+        messages.append(f"the warm-up ({report['n_steps']} steps, the burn-in) did not settle: "
+                        f"{report.get('reason') or 'its step size kept changing'}. Increase burn_in (now "
+                        f"{net.burn_in}).")
     if status["status"] == "short":
         kept = trace.stored_per_slot[trace.active]
         least = int(kept.min()) if kept.size else 0

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo, register_sampler
-from .integrators import (
-    baoab_step,
-    chain_numel,
-    exact_ou_coefficients,
-    gaussian_momentum,
-    gradient_step,
-    ornstein_uhlenbeck_step,
-    position_step,
-    squared_norm,
-)
+from .integrators import baoab_step, chain_numel, momentum_views, normal_flat
 from .random import ChainRandom
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, member_view, regrad, views
 
 __all__ = ["BAOAB", "BAOABState"]
 
@@ -65,17 +57,28 @@ class BAOAB(Sampler):
     computes the same sequence with the permutation ``BBAOA``); only the very
     first step evaluates an extra one. Each step's position is a draw.
 
+    With a diagonal mass matrix :math:`M` (the warm-up's preconditioner) the
+    kernel runs in velocity units :math:`v = M^{-1}p`:
+    :math:`B_h: v \leftarrow v - h M^{-1}\nabla U`,
+    :math:`A_h: \theta \leftarrow \theta + h v`,
+    :math:`O_h: v \leftarrow a v + \sqrt{T(1-a^2)M^{-1}}\,R` (the same
+    steps as above with :math:`M = I`).
+
     Parameters
     ----------
-    step_size : float, default=0.01
+    step_size : float or "auto", default="auto"
         Time step :math:`\varepsilon > 0` (unit mass; ``p`` has units of
         :math:`\sqrt{T}`). Note that SGHMC's ``step_size`` is
-        :math:`\varepsilon^2` in these units.
+        :math:`\varepsilon^2` in these units. "auto" is set by the warm-up:
+        stable, :math:`\varepsilon^2\lambda_{max}(M^{-1}H) = 1` (BAOAB is
+        stable below 4), and cool, the gradient noise's heat
+        :math:`\varepsilon\rho/(4\gamma) \le 5\%`.
     friction : float, default=1.0
         :math:`\gamma > 0` per unit time.
     temperature : float, default=1.0
         :math:`T = 1/\beta > 0`.
     scheme : {"BAOAB", "GLA2", "GLA1"}, default="BAOAB"
+{warmup}
 
     Raises
     ------
@@ -85,8 +88,8 @@ class BAOAB(Sampler):
 
     Notes
     -----
-    ``StepInfo.kinetic_energy`` is :math:`|p|^2/2` and
-    ``kinetic_temperature`` :math:`|p|^2/D`, both with the momentum synchronised
+    ``StepInfo.kinetic_energy`` is :math:`\sum_i v_i^2 M_i/2` and
+    ``kinetic_temperature`` :math:`\sum_i v_i^2 M_i/D`, both with the momentum synchronised
     with the returned position (for BAOAB and GLA2; for GLA1 after O).
 
     References
@@ -98,53 +101,103 @@ class BAOAB(Sampler):
     name = "baoab"
     stats = {**COMMON_STATS, **MOMENTUM_STATS}
     state_class = BAOABState
+    fallback_step_size = 0.01
+    stability = 1.0
     _parameter_constraints = {
-        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "friction": [Interval(Real, 0, np.inf, closed="neither")],
         "temperature": [Interval(Real, 0, np.inf, closed="neither")],
         "scheme": [StrOptions(set(_SCHEMES))],
+        "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
+        "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
     }
 
-    def __init__(self, step_size: float = 0.01, friction: float = 1.0, temperature: float = 1.0,
-                 scheme: str = "BAOAB"):
+    def __init__(self, step_size: float | str = "auto", friction: float = 1.0, temperature: float = 1.0,
+                 scheme: str = "BAOAB", preconditioner: str | None = "auto", adaptation_steps: int | str = "auto"):
         self.step_size = step_size
         self.friction = friction
         self.temperature = temperature
         self.scheme = scheme
+        self.preconditioner = preconditioner
+        self.adaptation_steps = adaptation_steps
 
     def target_temperature(self) -> float:
         return float(self.temperature)
 
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> BAOABState:
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), rng, layout)
-        return BAOABState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat)
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """``min(sqrt(stability / lambda), 4 friction HEAT / rho)``: see ``step_size``."""
+        step = torch.sqrt(self.stability / curvature)
+        if noise_fraction is not None:
+            step = torch.minimum(step, 4.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
+        return step
+
+    def momentum_std(self, state: BAOABState) -> Tensor:
+        return state.derived("momentum_std", lambda: state.precond.per_coordinate(
+            self.temperature ** 0.5, 0.5, state.flat_momentum))
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> BAOABState:
+        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
+        state = BAOABState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
+                           flat_momentum=flat, precond=precond)
+        flat.mul_(self.momentum_std(state))
+        return state
 
     def reset_cache(self, state: BAOABState) -> None:
         """Drop the cached gradient: the next step re-evaluates it on its own batch."""
         state.grad = None
 
-    def step(self, state: BAOABState, potential: Potential, batch: Any) -> tuple[BAOABState, StepInfo]:
-        eps, theta, p, flat = self.step_size, state.position, state.momentum, state.flat_momentum
-        rng, layout = state.rng, state.layout
-        a, noise = exact_ou_coefficients(self.friction, eps, 1.0, self.temperature)  # unit mass: eta = 1
+    @torch.no_grad()
+    def restart_members(self, state: BAOABState, members: Tensor, potential: Potential, batch: Any) -> None:
+        """The restarted members' cached gradient is taken anew at their restored position (on the step's batch,
+        where the others' was taken)."""
+        state.grad = regrad(state.grad, members, potential, batch, state.layout)
+
+    def _scales(self, state: BAOABState) -> dict:
+        """The per-coordinate scales of the B, A and O steps for step ``h`` and mass ``M`` (velocity form)."""
+        pre, flat = state.precond, state.flat_momentum
+        h = pre.step_size
+        decay = torch.exp(-self.friction * h)
+        part = {"BAOAB": (0.5, 0.5, 1.0), "GLA2": (0.5, 1.0, 1.0), "GLA1": (1.0, 1.0, 1.0)}[self.scheme]
+        return {"kick": views(pre.per_coordinate(part[0] * h, 1.0, flat), state.position),
+                "drift": views(pre.per_coordinate(part[1] * h, 0.0, flat), state.position),
+                "decay": decay,
+                "noise": pre.per_coordinate(torch.sqrt((1.0 - decay * decay) * self.temperature), 0.5, flat),
+                "weight": pre.per_coordinate(0.5, -1.0, flat)}
+
+    def _step(self, state: BAOABState, potential: Potential, batch: Any) -> tuple[BAOABState, StepInfo]:
+        theta, p, flat, rng, layout = state.position, state.momentum, state.flat_momentum, state.rng, state.layout
+        sc = state.derived("scales", lambda: self._scales(state))
         grad = state.grad
         if grad is None:  # first step: the gradient at the starting point
             _, grad = potential.value_and_grad(batch)
         if self.scheme == "BAOAB":
-            value, grad = baoab_step(theta, p, grad, eps, a, noise, potential, batch, rng, layout, flat)
-        elif self.scheme == "GLA2":
-            gradient_step(p, grad, eps / 2)
-            position_step(theta, p, eps)
-            value, grad = potential.value_and_grad(batch)
-            gradient_step(p, grad, eps / 2)
-            ornstein_uhlenbeck_step(p, a, noise, rng, layout, flat)
-        else:  # GLA1
-            gradient_step(p, grad, eps)
-            position_step(theta, p, eps)
-            ornstein_uhlenbeck_step(p, a, noise, rng, layout, flat)
-            value, grad = potential.value_and_grad(batch)
+            value, grad = baoab_step(theta, p, flat, grad, sc["kick"], sc["drift"], sc["decay"], sc["noise"],
+                                     potential, batch, rng, layout)
+        else:
+            with torch.no_grad():
+                torch._foreach_addcmul_(p, list(grad), sc["kick"], value=-1.0)
+                torch._foreach_addcmul_(theta, p, sc["drift"])
+            if self.scheme == "GLA2":
+                value, grad = potential.value_and_grad(batch)
+                with torch.no_grad():
+                    torch._foreach_addcmul_(p, list(grad), sc["kick"], value=-1.0)
+            self._ou(state, sc)
+            if self.scheme == "GLA1":
+                value, grad = potential.value_and_grad(batch)
         state.grad = grad
         state.step += 1
-        kinetic = 0.5 * squared_norm(p, flat)
+        with torch.no_grad():
+            kinetic = (flat * flat * sc["weight"]).sum(-1)
         return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
                                kinetic_temperature=2.0 * kinetic / chain_numel(p, layout))
+
+    @staticmethod
+    @torch.no_grad()
+    def _ou(state: BAOABState, sc: dict) -> None:
+        flat = state.flat_momentum
+        flat.mul_(member_view(sc["decay"], flat) if flat.ndim > sc["decay"].ndim else sc["decay"])
+        flat.addcmul_(normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat), sc["noise"])
+
+
+BAOAB.__doc__ = BAOAB.__doc__.replace("{warmup}", WARMUP_DOC)

@@ -35,7 +35,9 @@ from sklearn.base import BaseEstimator
 from torch import Tensor
 
 from ..plan import ChainLayout, RunPlan
+from . import warmup as _warmup
 from .random import ChainRandom, as_chain_random
+from .warmup import Preconditioner, WarmUp
 
 __all__ = [
     "Potential",
@@ -123,10 +125,27 @@ class SamplerState:
     layout: ChainLayout
     rng: ChainRandom
     step: int = 0
+    precond: Preconditioner | None = None
+    warmup: WarmUp | None = None
+    warmup_report: dict | None = None
+    cache: dict = field(default_factory=dict)
 
     def replace_position(self, position: list[Tensor]) -> None:
         """Point the state at new position tensors (the same values), e.g. after a copy."""
         self.position = list(position)
+
+    def derived(self, key: str, make):
+        """A quantity derived from the preconditioner (a per-coordinate scale), recomputed when it changes."""
+        version = self.precond.version if self.precond is not None else -1
+        hit = self.cache.get(key)
+        if hit is None or hit[0] != version:
+            hit = self.cache[key] = (version, make())
+        return hit[1]
+
+    @property
+    def step_size(self) -> Tensor:
+        """Each member's step size (the adapted one during and after warm-up)."""
+        return self.precond.step_size
 
 
 @dataclass(kw_only=True)
@@ -151,6 +170,7 @@ class MomentumState(SamplerState):
 
         self.__dict__.update(state)
         self.momentum = momentum_views(self.flat_momentum, self.momentum)
+        self.cache = {}  # derived views of derived buffers: rebuilt on use
 
 
 @dataclass
@@ -344,12 +364,102 @@ class Sampler(BaseEstimator):
         step_size = getattr(self, "step_size", None)
         if isinstance(step_size, (int, float)) and not isinstance(step_size, bool):
             return f"sampler__step_size={step_size:g}"
+        pre = getattr(state, "precond", None)
+        if step_size == "auto" and pre is not None:
+            return (f"sampler__step_size (the warm-up set {float(pre.step_size.min()):.3g}; pass a smaller value, or "
+                    "a longer burn_in)")
         return "sampler__step_size"
 
     def shortfall_hint(self, state: SamplerState) -> str:
         """Why a run may keep fewer draws than planned, and what to change (samplers that collect only some
         steps)."""
         return ""
+
+    # ------------------------------------------------------------------ #
+    # warm-up (bayesnet.samplers.warmup): what a kernel declares
+    # ------------------------------------------------------------------ #
+    #: ``step_size`` used when it is "auto" and there is no warm-up to set it (a kernel used directly)
+    fallback_step_size: ClassVar[float] = 1e-4
+    #: whether only each step's first gradient (at the current position) feeds the mass estimate
+    warmup_first_gradient_only: ClassVar[bool] = False
+    #: whether the kernel tunes its own step size on its acceptance rate during the warm-up (Metropolis
+    #: samplers); the warm-up's curvature estimate is then only its starting point
+    tunes_step_on_acceptance: ClassVar[bool] = False
+
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """The step size for a largest preconditioned curvature ``curvature`` and a mini-batch noise fraction
+        ``noise_fraction`` (None: full-data gradients), per member. Samplers that warm up override it."""
+        raise NotImplementedError(f"{self.name} has no warm-up rule for its step size.")
+
+    def warmup_frozen(self, state: SamplerState) -> None:
+        """Called once, when the warm-up freezes (samplers that average their adapted step set it here)."""
+
+    def momentum_std(self, state: SamplerState) -> Tensor | None:
+        """Each momentum coordinate's equilibrium standard deviation as a flat buffer laid out as
+        ``flat_momentum`` (None for samplers without momenta)."""
+        return None
+
+    def restart_members(self, state: SamplerState, members: Tensor, potential: Potential, batch: Any) -> None:
+        """The warm-up put ``members`` (a bool mask over the member axis) back at an earlier position, with half
+        their step size and fresh momenta: reset whatever else of theirs went bad with them (thermostats,
+        gradients cached at the old position; ``potential`` and ``batch`` are the step's, for recomputing
+        them). Only the masked members may change: a member never depends on the others (chain independence)."""
+
+    def preconditioner_changed(self, state: SamplerState) -> None:
+        """The warm-up set a new mass or step size for every member (at a window's end): cached values are
+        dropped and momenta, which have a new equilibrium, are drawn from it (warm-up steps need not be exact)."""
+        self.reset_cache(state)
+        self.redraw_momenta(state)
+
+    @torch.no_grad()
+    def redraw_momenta(self, state: SamplerState, members: Tensor | None = None) -> None:
+        """Draw the momenta afresh from their equilibrium (:meth:`momentum_std`), for all members or only where
+        ``members`` is true. The noise is drawn for every member either way, so that each chain's stream does
+        not depend on which of the other chains were redrawn."""
+        std = self.momentum_std(state)
+        if std is None:
+            return
+        from .integrators import normal_flat
+
+        flat = state.flat_momentum
+        fresh = normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat) * std
+        if members is None:
+            flat.copy_(fresh)
+        else:
+            mask = members.reshape(-1, 1) if flat.ndim == 2 else members.any()
+            flat.copy_(torch.where(mask, fresh, flat))
+
+    def adaptation_length(self) -> int:
+        """Steps of warm-up: ``adaptation_steps`` when set, the run plan's burn-in for "auto", 0 without a plan."""
+        n = getattr(self, "adaptation_steps", "auto")
+        if n != "auto":
+            return int(n)
+        plan = getattr(self, "plan_", None)
+        return int(plan.burn_in) if plan is not None else 0
+
+    def preconditioner_mode(self) -> str | None:
+        """``preconditioner`` resolved: "auto" is "diagonal" when the step size is adapted ("auto") and None
+        (the identity, as the papers run) when the user set a step size."""
+        mode = getattr(self, "preconditioner", None)
+        if mode == "auto":
+            return "diagonal" if getattr(self, "step_size", None) == "auto" else None
+        return mode
+
+    def _initial_preconditioner(self, position: list[Tensor], layout: ChainLayout) -> Preconditioner:
+        step = getattr(self, "step_size", self.fallback_step_size)
+        step = self.fallback_step_size if step == "auto" else float(step)
+        shape = () if layout.n_members is None else (layout.n_members,)
+        return Preconditioner(torch.full(shape, step, dtype=position[0].dtype, device=position[0].device))
+
+    def _initial_warmup(self) -> WarmUp | None:
+        n = self.adaptation_length()
+        mode = self.preconditioner_mode()
+        adapt_step = getattr(self, "step_size", None) == "auto"
+        if n <= 0 or not (adapt_step or mode is not None):
+            return None
+        return WarmUp(n_steps=n, ends=_warmup.windows(n), adapt_mass=mode is not None, adapt_step=adapt_step,
+                      layerwise=mode == "layer", first_only=self.warmup_first_gradient_only,
+                      temperature=self.target_temperature() or 1.0)
 
     # ------------------------------------------------------------------ #
     # the kernel
@@ -380,9 +490,13 @@ class Sampler(BaseEstimator):
         position = list(position)
         layout = ChainLayout(n_chains, self.members_per_chain())
         self._check_chain_axis(position, layout)
-        return self._init(position, as_chain_random(rng, layout.chains, position[0].device), layout)
+        rng = as_chain_random(rng, layout.chains, position[0].device)
+        state = self._init(position, rng, layout, self._initial_preconditioner(position, layout))
+        state.warmup = self._initial_warmup()
+        return state
 
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> SamplerState:
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> SamplerState:
         raise NotImplementedError
 
     def _check_chain_axis(self, position: Sequence[Tensor], layout: ChainLayout) -> None:
@@ -396,7 +510,24 @@ class Sampler(BaseEstimator):
                 f"every position tensor needs a leading axis of {size}; got shapes {bad}.")
 
     def step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
-        """Advance the chains by one transition on ``batch`` (in place)."""
+        """Advance the chains by one transition on ``batch`` (in place), warming up while the warm-up runs.
+
+        During the warm-up every gradient feeds the mass estimate and, at the end of each window, the mass and
+        step size are set anew (:mod:`bayesnet.samplers.warmup`); once it ends they are frozen.
+        """
+        warm = state.warmup
+        if warm is None:
+            return self._step(state, potential, batch)
+        if not warm.started:
+            _warmup.start(self, state, potential, batch)
+        state, info = self._step(state, _warmup.watch(potential, warm, state.step), batch)
+        warm.remember(batch)
+        _warmup.guard(self, state, info, potential, batch)
+        _warmup.after_step(self, state, potential, batch)
+        return state, info
+
+    def _step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
+        """One transition of the kernel, reading ``state.precond`` for its step size and mass."""
         raise NotImplementedError
 
 

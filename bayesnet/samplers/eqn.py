@@ -9,22 +9,14 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
-from .integrators import (
-    baoab_step,
-    chain_numel,
-    exact_ou_coefficients,
-    gaussian_momentum,
-    gradient_step,
-    ornstein_uhlenbeck_step,
-    position_step,
-    squared_norm,
-)
+from .integrators import baoab_step, chain_numel, momentum_views, normal_flat
 from .random import ChainRandom
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, member_view, regrad, views
 
 __all__ = ["EQN", "EQNState"]
 
@@ -122,8 +114,14 @@ class EQN(Sampler):
 
     Parameters
     ----------
-    step_size : float, default=0.01
-        Time step :math:`\varepsilon > 0`, in the units of :class:`BAOAB`'s
+    step_size : float or "auto", default="auto"
+        "auto" is set by the warm-up from the curvature the walkers' term adds
+        (below): :math:`\varepsilon^2(\lambda_{max}(M^{-1}H) + \eta T D/(L-1)) = 1`,
+        and as :class:`BAOAB`'s for the gradient noise. The walkers of a chain
+        share one diagonal mass :math:`M` (``preconditioner``; the mean of
+        theirs) and run in its coordinates :math:`q = M^{1/2}\theta`, where
+        :math:`B_i` is built from the other walkers' :math:`q`. A number is
+        the time step :math:`\varepsilon > 0`, in the units of :class:`BAOAB`'s
         (``p`` has units of :math:`\sqrt{T}`). The preconditioner lowers the
         stable step: along a deviation :math:`d` of another walker
         (:math:`d^\top \nabla^2 U\, d \approx T D` near a Gaussian mode) the
@@ -175,6 +173,8 @@ class EQN(Sampler):
         independently: every kept draw then uses one :math:`B_i` that is
         independent of its walker. An update costs :math:`O(L^2 D)` per
         chain plus ``L`` eigendecompositions of size ``L - 1``.
+
+{warmup}
 
     Raises
     ------
@@ -251,8 +251,12 @@ class EQN(Sampler):
     name = "eqn"
     stats = {**COMMON_STATS, **MOMENTUM_STATS, "preconditioner_scale": Stat("mean")}
     state_class = EQNState
+    fallback_step_size = 0.01
+    stability = 1.0
     _parameter_constraints = {
-        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
+        "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
+        "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "friction": [Interval(Real, 0, np.inf, closed="neither")],
         "temperature": [Interval(Real, 0, np.inf, closed="neither")],
         "n_walkers": [Interval(Integral, 1, None, closed="left")],
@@ -260,14 +264,17 @@ class EQN(Sampler):
         "covariance_interval": [Interval(Integral, 1, None, closed="left")],
     }
 
-    def __init__(self, step_size: float = 0.01, friction: float = 1.0, temperature: float = 1.0,
-                 n_walkers: int = 8, covariance_blending: float = 10.0, covariance_interval: int = 1000):
+    def __init__(self, step_size: float | str = "auto", friction: float = 1.0, temperature: float = 1.0,
+                 n_walkers: int = 8, covariance_blending: float = 10.0, covariance_interval: int = 1000,
+                 preconditioner: str | None = "auto", adaptation_steps: int | str = "auto"):
         self.step_size = step_size
         self.friction = friction
         self.temperature = temperature
         self.n_walkers = n_walkers
         self.covariance_blending = covariance_blending
         self.covariance_interval = covariance_interval
+        self.preconditioner = preconditioner
+        self.adaptation_steps = adaptation_steps
 
     def members_per_chain(self) -> int:
         """The ``n_walkers`` walkers of one chain."""
@@ -283,10 +290,47 @@ class EQN(Sampler):
                 f"(the preconditioner stretches the step by up to sqrt(1 + eta * the walkers' variance){now})")
 
     # ------------------------------------------------------------------ #
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> EQNState:
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """``sqrt(stability / (lambda + eta T D / (L - 1)))``, capped as BAOAB's for the gradient noise."""
+        L = int(self.n_walkers)
+        walkers = float(self.covariance_blending) * self.temperature * self._dim / (L - 1) if L >= 3 else 0.0
+        step = torch.sqrt(self.stability / (curvature + walkers))
+        if noise_fraction is not None:
+            step = torch.minimum(step, 4.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
+        return step
+
+    def momentum_std(self, state: EQNState) -> Tensor:
+        return torch.full_like(state.flat_momentum, self.temperature ** 0.5)  # unit mass in q = M^(1/2) theta
+
+    def preconditioner_changed(self, state: EQNState) -> None:
+        """The walkers of a chain share their mean mass and step size (their ``B_i`` mixes their coordinates);
+        the covariance snapshot, taken in the old coordinates, is dropped (``B_i = I`` until the next update)."""
+        pre, layout = state.precond, state.layout
+        if layout.n_members is not None and layout.members_per_chain > 1:
+            C, L = layout.chains, layout.members_per_chain
+            if pre.inverse_mass is not None:
+                m = pre.inverse_mass.reshape(C, L, -1).mean(1, keepdim=True).expand(C, L, -1)
+                pre.inverse_mass = m.reshape(pre.inverse_mass.shape).contiguous()
+            pre.step_size = pre.step_size.reshape(C, L).mean(1, keepdim=True).expand(C, L).reshape(-1).contiguous()
+        state.snapshot = state.coefficients = state.preconditioned_grad = state.preconditioner_scale = None
+        super().preconditioner_changed(state)
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> EQNState:
         """Start the walkers with momenta :math:`p \\sim \\mathcal N(0, T I)` and :math:`B_i = I`."""
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), rng, layout)
-        return EQNState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat)
+        self._dim = sum(p.numel() for p in position) // (layout.n_members or 1)
+        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
+        state = EQNState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
+                         flat_momentum=flat, precond=precond)
+        flat.mul_(self.momentum_std(state))
+        return state
+
+    def _root_mass(self, state: EQNState) -> list[Tensor] | None:
+        """``s = M^{-1/2}`` shaped like the positions (None without a mass): ``theta = s q``."""
+        pre = state.precond
+        if pre.inverse_mass is None:
+            return None
+        return state.derived("root_mass", lambda: views(pre.inverse_mass.sqrt(), state.position))
 
     # ------------------------------------------------------------------ #
     @torch.no_grad()
@@ -305,8 +349,9 @@ class EQN(Sampler):
             return
         C = S // L
         snapshot, gram = [], None
-        for t in state.position:
-            x = t.detach().reshape(C, L, -1)
+        root = self._root_mass(state)
+        for k, t in enumerate(state.position):
+            x = (t.detach() / root[k] if root is not None else t.detach()).reshape(C, L, -1)  # q coordinates
             x = x - x.mean(dim=1, keepdim=True)  # centring by the chain mean keeps the Gram matrix accurate
             snapshot.append(x.reshape(t.shape))
             k = torch.bmm(x, x.transpose(1, 2))
@@ -325,7 +370,7 @@ class EQN(Sampler):
         state.coefficients = M.to(dtype)
         state.preconditioner_scale = torch.sqrt(1.0 + eta * s[..., -1]).reshape(S).to(dtype)
         grad = state.grad
-        state.preconditioned_grad = None if grad is None else self.apply_preconditioner(state, grad)
+        state.preconditioned_grad = None if grad is None else self.apply_preconditioner(state, self._to_q(state, grad))
 
     @torch.no_grad()
     def apply_preconditioner(self, state: EQNState, vectors: Sequence[Tensor]) -> list[Tensor]:
@@ -351,37 +396,67 @@ class EQN(Sampler):
         """Drop the cached gradients: the next step re-evaluates them on its own batch."""
         state.grad = state.preconditioned_grad = None
 
+    def restart_members(self, state: EQNState, members: Tensor, potential: Potential, batch: Any) -> None:
+        """The restarted walkers' cached gradient is taken anew at their restored position (:class:`BAOAB`'s
+        rule); the preconditioned one follows from it at the next step."""
+        state.grad = regrad(state.grad, members, potential, batch, state.layout)
+        state.preconditioned_grad = None
+
+    def _to_q(self, state: EQNState, grad: Sequence[Tensor]) -> list[Tensor]:
+        """A gradient in the walkers' coordinates ``q``: ``s * grad`` (``grad`` without a mass)."""
+        root = self._root_mass(state)
+        return list(grad) if root is None else [r * g for r, g in zip(root, grad)]
+
+    def _scales(self, state: EQNState) -> dict:
+        pre, flat = state.precond, state.flat_momentum
+        h = pre.step_size
+        decay = torch.exp(-self.friction * h)
+        half = pre.per_coordinate(0.5 * h, 0.5, flat)  # (h/2) s: the kick of p and the drift of theta
+        return {"kick": views(half, state.position), "drift": views(half, state.position), "decay": decay,
+                "noise": pre.per_coordinate(torch.sqrt((1.0 - decay * decay) * self.temperature), 0.0, flat),
+                "half_step": h / 2}
+
     @torch.no_grad()
-    def step(self, state: EQNState, potential: Potential, batch: Any) -> tuple[EQNState, StepInfo]:
-        eps, theta, p, flat = self.step_size, state.position, state.momentum, state.flat_momentum
-        rng, layout = state.rng, state.layout
-        a, noise = exact_ou_coefficients(self.friction, eps, 1.0, self.temperature)  # unit mass
+    def _step(self, state: EQNState, potential: Potential, batch: Any) -> tuple[EQNState, StepInfo]:
+        theta, p, flat, rng, layout = state.position, state.momentum, state.flat_momentum, state.rng, state.layout
+        sc = state.derived("scales", lambda: self._scales(state))
         if state.step > 0 and state.step % self.covariance_interval == 0:
             self.update_preconditioner(state)  # also refreshes B_i grad for the new B_i
         grad = state.grad
         if grad is None:  # first step: the gradient at the starting point
             _, grad = potential.value_and_grad(batch)
-        if state.snapshot is None:  # B = I: exactly BAOAB
-            value, grad = baoab_step(theta, p, grad, eps, a, noise, potential, batch, rng, layout, flat)
+        if state.snapshot is None:  # B = I: exactly BAOAB (in q = M^(1/2) theta)
+            value, grad = baoab_step(theta, p, flat, grad, sc["kick"], sc["drift"], sc["decay"], sc["noise"],
+                                     potential, batch, rng, layout)
         else:
+            half_step = sc["half_step"]
+            root = self._root_mass(state)
             pg = state.preconditioned_grad
             if pg is None:
-                pg = self.apply_preconditioner(state, grad)
-            gradient_step(p, pg, eps / 2)  # (18a), B_i^T = B_i
+                pg = self.apply_preconditioner(state, self._to_q(state, grad))
+            for m, g in zip(p, pg):  # (18a), B_i^T = B_i
+                m.sub_(member_view(half_step, m) * g)
             half = [m.clone() for m in p]
-            ornstein_uhlenbeck_step(p, a, noise, rng, layout, flat)  # (18c); div(B_i^T) = 0 for a frozen B_i
+            flat.mul_(member_view(sc["decay"], flat) if flat.ndim > sc["decay"].ndim else sc["decay"])  # (18c)
+            flat.addcmul_(normal_flat(rng, layout, flat.numel(), flat.dtype).view_as(flat), sc["noise"])
             torch._foreach_add_(half, p)
-            position_step(theta, self.apply_preconditioner(state, half), eps / 2)  # (18b) + (18d)
+            move = self.apply_preconditioner(state, half)
+            for k, (t, d) in enumerate(zip(theta, move)):  # (18b) + (18d), back in theta = s q
+                t.add_(member_view(half_step, t) * (d if root is None else root[k] * d))
             value, grad = potential.value_and_grad(batch)
-            pg = self.apply_preconditioner(state, grad)
-            gradient_step(p, pg, eps / 2)  # (18e)
+            pg = self.apply_preconditioner(state, self._to_q(state, grad))
+            for m, g in zip(p, pg):  # (18e)
+                m.sub_(member_view(half_step, m) * g)
             state.preconditioned_grad = pg
         state.grad = grad
         state.step += 1
-        kinetic = 0.5 * squared_norm(p, flat)
+        kinetic = 0.5 * (flat * flat).sum(-1)
         scale = state.preconditioner_scale
         if scale is None:
             scale = torch.ones_like(kinetic)
         return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
                                kinetic_temperature=2.0 * kinetic / chain_numel(p, layout),
                                extra={"preconditioner_scale": scale})
+
+
+EQN.__doc__ = EQN.__doc__.replace("{warmup}", WARMUP_DOC)

@@ -14,8 +14,9 @@ from torch import Tensor
 
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
-from .integrators import chain_numel, gaussian_momentum, normal_flat, squared_norm
+from .integrators import chain_numel, momentum_views, normal_flat
 from .random import ChainRandom
+from .warmup import Preconditioner, views
 
 __all__ = ["HMC", "HMCState"]
 
@@ -31,6 +32,7 @@ class HMCState(MomentumState):
     mu: Tensor
     accepted_total: Tensor
     transitions: int = 0
+    adapted: Tensor | None = None  # per chain: dual-averaging updates since its last restart
 
 
 def _per_member(t: Tensor, like: Tensor) -> Tensor:
@@ -65,12 +67,18 @@ class HMC(Sampler):
     step size by dual averaging towards ``target_accept`` (Hoffman and Gelman
     2014, Alg. 5, with their defaults gamma=0.05, t0=10, kappa=0.75);
     afterwards it is frozen at the averaged value, so the kept draws come from
-    a fixed kernel. ``"auto"`` adapts during the estimators' burn-in.
+    a fixed kernel. ``"auto"`` adapts during the estimators' burn-in. With the
+    warm-up's diagonal mass matrix :math:`M` (``preconditioner``, Stan's
+    windowed adaptation), :math:`p \sim \mathcal N(0, T M)` and
+    :math:`H = U + p^\top M^{-1} p/2`; the dual averaging restarts at every
+    window's end from the step the preconditioned curvature gives.
 
     Parameters
     ----------
-    step_size : float, default=0.01
+    step_size : float or "auto", default="auto"
         Leapfrog time step :math:`h > 0` (initial value when adapting).
+        "auto" starts from :math:`h^2\lambda_{max}(M^{-1}H) = 1` (the
+        leapfrog is stable below 4).
     n_leapfrog : int, default=20
         Mean number of leapfrog steps :math:`L \ge 1` per transition.
     jitter : float, default=0.1
@@ -79,9 +87,15 @@ class HMC(Sampler):
         :math:`T > 0`.
     target_accept : float, default=0.8
         Acceptance probability the adaptation aims at, in (0, 1).
+    preconditioner : {"auto", "diagonal", "layer"} or None, default="auto"
+        The diagonal mass matrix adapted during the warm-up, from the
+        gradients' second moments (:mod:`bayesnet.samplers.warmup`); None is
+        the identity. "auto" is "diagonal" with ``step_size="auto"``, None
+        when a step size is given.
     adaptation_steps : int or "auto", default="auto"
-        Number of initial transitions with step-size adaptation; "auto" is
-        the run plan's ``burn_in`` (:meth:`configure`), and 0 without a plan.
+        Number of initial transitions with step-size (and mass) adaptation;
+        "auto" is the run plan's ``burn_in`` (:meth:`configure`), and 0
+        without a plan.
 
     Raises
     ------
@@ -112,75 +126,104 @@ class HMC(Sampler):
              "accepted": Stat("mean"), "step_size": Stat("last"), "n_leapfrog": Stat("mean"),
              "divergent": Stat("sum", "n_divergent")}
     state_class = HMCState
+    fallback_step_size = 0.01
+    stability = 1.0
+    warmup_first_gradient_only = True  # the leapfrog's gradients are at proposals that may be rejected
+    tunes_step_on_acceptance = True
     _parameter_constraints = {
-        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "jitter": [Interval(Real, 0, 1, closed="left")],
         "temperature": [Interval(Real, 0, np.inf, closed="neither")],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
         "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
     }
 
-    def __init__(self, step_size: float = 0.01, n_leapfrog: int = 20, jitter: float = 0.1, temperature: float = 1.0,
-                 target_accept: float = 0.8, adaptation_steps: int | str = "auto"):
+    def __init__(self, step_size: float | str = "auto", n_leapfrog: int = 20, jitter: float = 0.1,
+                 temperature: float = 1.0, target_accept: float = 0.8, adaptation_steps: int | str = "auto",
+                 preconditioner: str | None = "auto"):
         self.step_size = step_size
         self.n_leapfrog = n_leapfrog
         self.jitter = jitter
         self.temperature = temperature
         self.target_accept = target_accept
         self.adaptation_steps = adaptation_steps
-
-    def configure(self, plan) -> "HMC":
-        super().configure(plan)
-        self.adaptation_steps_ = plan.burn_in if self.adaptation_steps == "auto" else int(self.adaptation_steps)
-        return self
+        self.preconditioner = preconditioner
 
     @property
     def n_adaptation_steps(self) -> int:
-        """Transitions with step-size adaptation: ``adaptation_steps``, resolved by :meth:`configure`."""
-        if self.adaptation_steps != "auto":
-            return int(self.adaptation_steps)
-        return int(getattr(self, "adaptation_steps_", 0))
+        """Transitions with step-size adaptation: ``adaptation_steps`` resolved (:meth:`adaptation_length`)."""
+        return self.adaptation_length()
 
     def target_temperature(self) -> float:
         return float(self.temperature)
 
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> HMCState:
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.temperature), rng, layout)
-        first = position[0]
-        shape = () if layout.n_chains is None else (layout.chains,)
-        opts = dict(dtype=first.dtype, device=first.device)
-        log_h = torch.full(shape, math.log(self.step_size), **opts)
-        return HMCState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat,
-                        log_step=log_h, log_step_bar=log_h.clone(), h_bar=torch.zeros(shape, **opts),
-                        mu=torch.full(shape, math.log(10 * self.step_size), **opts),
-                        accepted_total=torch.zeros(shape, **opts))
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """``sqrt(stability / lambda)``: the dual averaging's restart point."""
+        return torch.sqrt(self.stability / curvature)
 
-    def step(self, state: HMCState, potential: Potential, batch: Any) -> tuple[HMCState, StepInfo]:
+    def momentum_std(self, state: HMCState) -> Tensor:
+        return state.derived("momentum_std", lambda: state.precond.per_coordinate(
+            self.temperature ** 0.5, 0.5, state.flat_momentum))
+
+    def preconditioner_changed(self, state: HMCState) -> None:
+        """The dual averaging restarts from the warm-up's step size (Stan restarts it at every window's end)."""
+        log_h = torch.log(state.precond.step_size)
+        state.log_step, state.log_step_bar = log_h.clone(), log_h.clone()
+        state.mu = log_h + math.log(10.0)
+        state.h_bar = torch.zeros_like(log_h)
+        state.adapted = torch.zeros_like(log_h)
+        super().preconditioner_changed(state)
+
+    def restart_members(self, state: HMCState, members: Tensor, potential: Potential, batch: Any) -> None:
+        """A restarted chain's dual averaging starts again from its halved step size."""
+        mask = members.reshape(state.log_step.shape) if state.log_step.ndim else members.any().reshape(())
+        log_h = torch.log(state.precond.step_size).reshape(state.log_step.shape)
+        state.log_step = torch.where(mask, log_h, state.log_step)
+        state.log_step_bar = torch.where(mask, log_h, state.log_step_bar)
+        state.mu = torch.where(mask, log_h + math.log(10.0), state.mu)
+        state.h_bar = torch.where(mask, torch.zeros_like(state.h_bar), state.h_bar)
+        state.adapted = torch.where(mask, torch.zeros_like(state.adapted), state.adapted)
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> HMCState:
+        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
+        shape = () if layout.n_chains is None else (layout.chains,)
+        log_h = torch.log(precond.step_size).reshape(shape)
+        state = HMCState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
+                         flat_momentum=flat, precond=precond, log_step=log_h, log_step_bar=log_h.clone(),
+                         h_bar=torch.zeros_like(log_h), mu=log_h + math.log(10.0),
+                         accepted_total=torch.zeros_like(log_h), adapted=torch.zeros_like(log_h))
+        flat.mul_(self.momentum_std(state))
+        return state
+
+    def _step(self, state: HMCState, potential: Potential, batch: Any) -> tuple[HMCState, StepInfo]:
         theta, p, flat, rng, layout = state.position, state.momentum, state.flat_momentum, state.rng, state.layout
+        pre = state.precond
         adapting = state.step < self.n_adaptation_steps
         base = torch.exp(state.log_step if adapting else state.log_step_bar)  # (C,) or ()
         jitter = rng.uniform(1, base.dtype).reshape(base.shape)
         h = base * (1.0 + self.jitter * (2.0 * jitter - 1.0))
         lo, hi = math.ceil(self.n_leapfrog / 2), self.n_leapfrog + self.n_leapfrog // 2
         n_steps = int(rng.shared.integers(lo, hi + 1)) if hi > lo else lo
-        # momentum refresh: p ~ N(0, T I), in the flat buffer the views share
-        flat.copy_(normal_flat(rng, layout, flat.numel(), flat.dtype).view_as(flat)).mul_(math.sqrt(self.temperature))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(0.5, -1.0, flat))
+        kick = views(pre.per_coordinate(0.5 * h, 1.0, flat), theta)  # v <- v - (h/2) M^-1 grad
+        drift = views(pre.per_coordinate(h, 0.0, flat), theta)  # theta <- theta + h v
+        # momentum refresh: v ~ N(0, T M^-1), in the flat buffer the views share
+        flat.copy_(normal_flat(rng, layout, flat.numel(), flat.dtype).view_as(flat)).mul_(self.momentum_std(state))
         u0, grad = potential.value_and_grad(batch)
         start = [t.detach().clone() for t in theta]
         start_momentum = flat.clone()
-        h0 = u0 + 0.5 * squared_norm(p, flat)  # one energy per chain with a chain axis
+        h0 = u0 + (flat * flat * weight).sum(-1)  # one energy per chain with a chain axis
         u1 = u0
         with torch.no_grad():
             for _ in range(n_steps):
-                for m, g in zip(p, grad):
-                    m.addcmul_(g, _per_member(h, m), value=-0.5)
-                for t, m in zip(theta, p):
-                    t.addcmul_(m, _per_member(h, t))
+                torch._foreach_addcmul_(p, list(grad), kick, value=-1.0)
+                torch._foreach_addcmul_(theta, p, drift)
                 u1, grad = potential.value_and_grad(batch)
-                for m, g in zip(p, grad):
-                    m.addcmul_(g, _per_member(h, m), value=-0.5)
-        h1 = u1 + 0.5 * squared_norm(p, flat)
+                torch._foreach_addcmul_(p, list(grad), kick, value=-1.0)
+        h1 = u1 + (flat * flat * weight).sum(-1)
         # Metropolis-Hastings test, separately for every chain
         log_ratio = (-(h1 - h0) / self.temperature).to(flat.dtype)
         divergent = ~torch.isfinite(log_ratio)
@@ -193,11 +236,11 @@ class HMC(Sampler):
             flat.copy_(torch.where(accepted.unsqueeze(-1) if flat.ndim == 2 else accepted, flat, start_momentum))
         u1 = torch.where(accepted, u1.reshape(accepted.shape), u0.reshape(accepted.shape))
         if adapting:
-            self._adapt(state, accept_prob, state.step + 1)
+            self._adapt(state, accept_prob)
         state.step += 1
         state.transitions += 1
         state.accepted_total = state.accepted_total + accepted.to(flat.dtype)
-        kinetic = 0.5 * squared_norm(p, flat)
+        kinetic = (flat * flat * weight).sum(-1)
         return state, StepInfo(
             potential=u1.detach(), kinetic_energy=kinetic,
             kinetic_temperature=2.0 * kinetic / chain_numel(p, layout),
@@ -205,11 +248,17 @@ class HMC(Sampler):
                    "n_leapfrog": float(n_steps), "divergent": divergent.to(flat.dtype)},
         )
 
-    def _adapt(self, state: HMCState, accept_prob: Tensor, m: int) -> None:
+    def _adapt(self, state: HMCState, accept_prob: Tensor) -> None:
         """One dual-averaging update of every chain's log step size (Hoffman and Gelman 2014, Alg. 5)."""
         gamma, t0, kappa = 0.05, 10.0, 0.75
+        state.adapted = state.adapted + 1
+        m = state.adapted
         w = 1.0 / (m + t0)
         state.h_bar = (1.0 - w) * state.h_bar + w * (self.target_accept - accept_prob.to(state.h_bar.dtype))
-        state.log_step = state.mu - math.sqrt(m) / gamma * state.h_bar
-        eta = m ** (-kappa)
+        state.log_step = state.mu - torch.sqrt(m) / gamma * state.h_bar
+        eta = m.pow(-kappa)
         state.log_step_bar = eta * state.log_step + (1.0 - eta) * state.log_step_bar
+
+    def warmup_frozen(self, state: HMCState) -> None:
+        """The kept draws use the averaged step (``log_step_bar``), also as the preconditioner's step size."""
+        state.precond.step_size = torch.exp(state.log_step_bar).reshape(state.precond.step_size.shape)

@@ -204,40 +204,48 @@ def squared_norm(tensors: Sequence[Tensor], flat: Tensor | None = None) -> Tenso
     return torch.stack(norms).square().sum()
 
 
-def baoab_step(position: Sequence[Tensor], momentum: Sequence[Tensor], gradient: Sequence[Tensor],
-               step_size: float, decay: float, noise_std: float, potential, batch,
-               rng: ChainRandom, layout: ChainLayout, flat: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
-    """One BAOAB step ``B/2 A/2 O A/2 B/2`` in place, unit mass (paper 004 eq. 13, Leimkuhler-Matthews).
+def baoab_step(position: Sequence[Tensor], momentum: Sequence[Tensor], flat: Tensor, gradient: Sequence[Tensor],
+               kick: Sequence[Tensor], drift: Sequence[Tensor], decay: Tensor, noise: Tensor, potential, batch,
+               rng: ChainRandom, layout: ChainLayout) -> tuple[Tensor, list[Tensor]]:
+    """One BAOAB step ``B/2 A/2 O A/2 B/2`` in place (Leimkuhler and Matthews 2013; TATi eq. 13), with
+    per-coordinate scales, so that it serves a diagonal mass and a step size per member.
 
     Parameters
     ----------
     position, momentum : sequence of Tensor
-        ``theta`` and ``p`` (updated in place).
+        ``theta`` and the momenta (updated in place); ``momentum`` are views of ``flat``.
+    flat : Tensor
+        The momenta's flat buffer, ``(S, D / S)`` or ``(D,)``.
     gradient : sequence of Tensor
         ``grad U`` at the starting position (the previous step's last gradient).
-    step_size : float
-        ``epsilon``.
-    decay, noise_std : float
-        The O step's coefficients for a time ``epsilon`` (:func:`exact_ou_coefficients`).
+    kick, drift : sequence of Tensor
+        Shaped like the positions: the B half step is ``p <- p - kick * grad U``, the A half step
+        ``theta <- theta + drift * p`` (velocity form with inverse mass ``m`` and step ``h``: ``kick = h m / 2``,
+        ``drift = h / 2``).
+    decay : Tensor
+        The O step's ``a = exp(-gamma h)`` per member, shape ``(S,)`` or ``()``.
+    noise : Tensor
+        The O step's noise scale laid out as ``flat`` (``sqrt((1 - a^2) T m)`` in the velocity form).
     potential : Potential
         Evaluated once, at the new position.
     batch : any
     rng : ChainRandom
     layout : ChainLayout
-    flat : Tensor, optional
-        The momenta's flat buffer (one noise operation instead of one per tensor).
 
     Returns
     -------
     value, gradient
         ``U`` and ``grad U`` at the new position (the next step's starting gradient).
     """
-    gradient_step(momentum, gradient, step_size / 2)
-    position_step(position, momentum, step_size / 2)
-    ornstein_uhlenbeck_step(momentum, decay, noise_std, rng, layout, flat)
-    position_step(position, momentum, step_size / 2)
+    with torch.no_grad():
+        torch._foreach_addcmul_(list(momentum), list(gradient), list(kick), value=-1.0)
+        torch._foreach_addcmul_(list(position), list(momentum), list(drift))
+        flat.mul_(decay.reshape(decay.shape + (1,) * (flat.ndim - decay.ndim)))
+        flat.addcmul_(normal_flat(rng, layout, flat.numel(), flat.dtype).view_as(flat), noise)
+        torch._foreach_addcmul_(list(position), list(momentum), list(drift))
     value, gradient = potential.value_and_grad(batch)
-    gradient_step(momentum, gradient, step_size / 2)
+    with torch.no_grad():
+        torch._foreach_addcmul_(list(momentum), list(gradient), list(kick), value=-1.0)
     return value, gradient
 
 

@@ -16,6 +16,7 @@ from ..plan import ChainLayout
 from .base import COMMON_STATS, Potential, Sampler, SamplerState, Stat, StepInfo, register_sampler
 from .integrators import gaussian_like
 from .random import ChainRandom
+from .warmup import Preconditioner
 
 __all__ = ["PTLangevin", "PTLangevinState", "geometric_ladder", "swap_log_acceptance"]
 
@@ -168,10 +169,15 @@ class PTLangevin(Sampler):
         Probability in [0, 1] that a replica's proposal is a Langevin-gradient
         step ("LG-freq", Algorithm 1 line 5; paper Sec. 4.1: 0.5). 0 gives
         PT-RW, which never evaluates a gradient.
-    step_size : float, default=0.025
+    step_size : float or "auto", default="auto"
         :math:`\sigma > 0`, the standard deviation of the proposal noise per
         parameter, in parameter units (paper Sec. 4.1: 0.025 for the
-        random walk; eq. 9's :math:`\Sigma_\theta = \sigma^2 I`).
+        random walk; eq. 9's :math:`\Sigma_\theta = \sigma^2 I`). "auto"
+        starts every slot at :math:`2.38/\sqrt{D\lambda_{max}}` (random-walk
+        Metropolis's optimal scale, Roberts et al. 1997, for the largest
+        preconditioned curvature) and proposes with the warm-up's diagonal mass
+        :math:`M` (``preconditioner``): :math:`\Sigma_\theta = \sigma^2 M^{-1}`,
+        drift :math:`r\beta_m M^{-1}\nabla U`.
     langevin_step_size : float or "auto", default="auto"
         :math:`r > 0`, the learning rate of the gradient drift, in
         (parameter units)^2 per unit of potential. "auto" is
@@ -204,6 +210,11 @@ class PTLangevin(Sampler):
     target_accept : float, default=0.25
         Acceptance rate in (0, 1) the adaptation aims at (near the optimal
         0.234 of random-walk Metropolis; the paper reports 5-25 %).
+    preconditioner : {"auto", "diagonal", "layer"} or None, default="auto"
+        The diagonal mass matrix adapted during the warm-up from the
+        gradients' second moments (:mod:`bayesnet.samplers.warmup`); None is
+        the identity (the paper's proposals). "auto" is "diagonal" with
+        ``step_size="auto"``, None when a step size is given.
 
     Raises
     ------
@@ -285,18 +296,21 @@ class PTLangevin(Sampler):
         "max_temperature": [Interval(Real, 1, np.inf, closed="left")],
         "swap_interval": [Interval(Integral, 1, None, closed="left")],
         "langevin_prob": [Interval(Real, 0, 1, closed="both")],
-        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "langevin_step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "tempering_fraction": [Interval(Real, 0, 1, closed="both")],
         "n_steps": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
+        "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
     }
+    fallback_step_size = 0.025
+    tunes_step_on_acceptance = True
 
     def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
-                 langevin_prob: float = 0.5, step_size: float = 0.025, langevin_step_size: float | str = "auto",
+                 langevin_prob: float = 0.5, step_size: float | str = "auto", langevin_step_size: float | str = "auto",
                  tempering_fraction: float = 0.6, n_steps: int | str | None = "auto",
-                 adaptation_steps: int | str = "auto", target_accept: float = 0.25):
+                 adaptation_steps: int | str = "auto", target_accept: float = 0.25, preconditioner: str | None = "auto"):
         self.n_replicas = n_replicas
         self.max_temperature = max_temperature
         self.swap_interval = swap_interval
@@ -307,13 +321,37 @@ class PTLangevin(Sampler):
         self.n_steps = n_steps
         self.adaptation_steps = adaptation_steps
         self.target_accept = target_accept
+        self.preconditioner = preconditioner
 
     def configure(self, plan) -> "PTLangevin":
-        """Resolve ``n_steps="auto"`` to the plan's total steps and ``adaptation_steps="auto"`` to its burn-in."""
+        """Resolve ``n_steps="auto"`` to the plan's total steps (and, through it, ``adaptation_steps="auto"`` to
+        its burn-in)."""
         super().configure(plan)
         self.n_steps_ = plan.total_steps if self.n_steps == "auto" else self.n_steps
-        self.adaptation_steps_ = plan.burn_in if self.adaptation_steps == "auto" else int(self.adaptation_steps)
         return self
+
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """``2.38 / sqrt(D lambda)``: the starting proposal scale of every slot (then tuned on acceptance)."""
+        D = self._dim
+        return 2.38 / torch.sqrt(D * curvature)
+
+    def preconditioner_changed(self, state: PTLangevinState) -> None:
+        """The first warm-up estimate sets every slot's proposal scale; later windows change the mass only (the
+        Robbins-Monro tuning carries on from where it was)."""
+        if state.step == 0:
+            state.log_step = torch.log(state.precond.step_size).to(state.log_step.dtype).reshape(state.log_step.shape)
+        state.cache.clear()
+
+    @torch.no_grad()
+    def restart_members(self, state: PTLangevinState, members: Tensor, potential: Potential, batch: Any) -> None:
+        """A restarted replica halves its proposal scale, and its cached potential and gradient are taken anew
+        at its restored position."""
+        mask = members.reshape(-1)
+        state.log_step = torch.where(mask, state.log_step - math.log(2.0), state.log_step)
+        state.grad_valid = state.grad_valid & ~mask
+        if state.value is not None:
+            fresh = potential.value(batch).detach().reshape(mask.shape).to(state.value.dtype)
+            state.value = torch.where(mask, fresh, state.value)
 
     @property
     def planned_steps(self) -> int | None:
@@ -325,9 +363,7 @@ class PTLangevin(Sampler):
     @property
     def n_adaptation_steps(self) -> int:
         """``adaptation_steps`` as resolved (0 without a plan)."""
-        if self.adaptation_steps != "auto":
-            return int(self.adaptation_steps)
-        return int(getattr(self, "adaptation_steps_", 0))
+        return self.adaptation_length()
 
     # ------------------------------------------------------------------ #
     @property
@@ -342,10 +378,13 @@ class PTLangevin(Sampler):
     def temperature_range(self) -> tuple[float, float]:
         return 1.0, float(self.max_temperature)
 
-    def resolve_langevin_step_size(self) -> float:
-        """:math:`r`: ``langevin_step_size``, or :math:`\\sigma^2/2` for "auto"."""
+    def resolve_langevin_step_size(self, sigma: float | None = None) -> float:
+        """:math:`r`: ``langevin_step_size``, or :math:`\\sigma^2/2` for "auto", with :math:`\\sigma` the given
+        proposal scale, else ``step_size`` (``fallback_step_size`` when that is "auto": the warm-up sets it)."""
         if self.langevin_step_size == "auto":
-            return 0.5 * float(self.step_size) ** 2
+            if sigma is None:
+                sigma = self.fallback_step_size if self.step_size == "auto" else float(self.step_size)
+            return 0.5 * float(sigma) ** 2
         return float(self.langevin_step_size)
 
     def tempering_steps(self) -> int | None:
@@ -361,13 +400,18 @@ class PTLangevin(Sampler):
         return limit is None or state.step < limit
 
     def divergence_hint(self, state: PTLangevinState) -> str:
-        return (f"sampler__step_size={self.step_size:g} (the proposal noise sd) or sampler__langevin_step_size "
-                f"(now r={self.resolve_langevin_step_size():g}), the gradient drift of the Langevin proposals")
+        sigma = float(state.log_step.exp().min()) if state is not None and self.step_size == "auto" else None
+        now = f"={self.step_size:g}" if self.step_size != "auto" else (
+            f" (the warm-up set {sigma:.3g})" if sigma is not None else "")
+        return (f"sampler__step_size{now} (the proposal noise sd) or sampler__langevin_step_size "
+                f"(now r={self.resolve_langevin_step_size(sigma):g}), the gradient drift of the Langevin proposals")
 
     # ------------------------------------------------------------------ #
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> PTLangevinState:
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> PTLangevinState:
         """Start the replicas at ``position`` (used in place, not copied): see :meth:`Sampler.init`."""
         R = int(self.n_replicas)
+        self._dim = sum(p.numel() for p in position) // (layout.n_members or 1)
         S = layout.n_members or R
         C = S // R
         first = position[0]
@@ -381,7 +425,8 @@ class PTLangevin(Sampler):
             grad_valid=torch.zeros(S, dtype=torch.bool, device=first.device),
             mh_attempts=torch.zeros(C, R, **counts), mh_accepts=torch.zeros(C, R, **counts),
             swap_attempts=torch.zeros(C, max(R - 1, 0), **counts), swap_accepts=torch.zeros(C, max(R - 1, 0), **counts),
-            log_step=torch.full((S,), math.log(float(self.step_size)), **opts), batched=layout.has_axis)
+            log_step=torch.log(precond.step_size).to(first.dtype).reshape(-1).expand(S).clone(),
+            batched=layout.has_axis, precond=precond)
 
     def _members(self, state: PTLangevinState) -> list[Tensor]:
         """Views ``(S, n_k)`` of the position tensors (in-place updates show in the positions)."""
@@ -399,7 +444,7 @@ class PTLangevin(Sampler):
 
     # ------------------------------------------------------------------ #
     @torch.no_grad()
-    def step(self, state: PTLangevinState, potential: Potential, batch: Any) -> tuple[PTLangevinState, StepInfo]:
+    def _step(self, state: PTLangevinState, potential: Potential, batch: Any) -> tuple[PTLangevinState, StepInfo]:
         """One Metropolis-Hastings step of every replica, then a swap event every ``swap_interval`` steps.
 
         Returns
@@ -418,7 +463,7 @@ class PTLangevin(Sampler):
         device, dtype = theta[0].device, theta[0].dtype
         tempering = self.in_tempering_phase(state)
         beta = state.beta.repeat(C) if tempering else torch.ones(S, dtype=dtype, device=device)
-        if self.n_adaptation_steps == 0:  # the paper's one step size
+        if self.n_adaptation_steps == 0 and self.step_size != "auto":  # the paper's one step size
             state.log_step = torch.full((S,), math.log(float(self.step_size)), dtype=dtype, device=device)
         log_step = state.log_step if tempering else state.log_step.view(C, R)[:, :1].expand(C, R).reshape(S)
         sigma = log_step.exp().unsqueeze(1)  # (S, 1): each slot's proposal noise sd
@@ -449,10 +494,11 @@ class PTLangevin(Sampler):
         start = [t.clone() for t in theta]
         noise = gaussian_like(theta, state.rng, state.layout if state.batched else ChainLayout(1, R))
         drift = torch.where(langevin.unsqueeze(1), r * beta.unsqueeze(1), torch.zeros_like(r))  # (S, 1): r beta_m or 0
+        m, sqrt_m = self._mass(state, theta)
         for t, n, k in zip(theta, noise, range(len(theta))):
             if any_langevin:
-                t.sub_(drift * torch.where(langevin.unsqueeze(1), g_old[k], torch.zeros_like(t)))
-            t.add_(n * sigma)
+                t.sub_(drift * m[k] * torch.where(langevin.unsqueeze(1), g_old[k], torch.zeros_like(t)))
+            t.add_(n * sigma * sqrt_m[k])
 
         # Step 1.2: the potential at the proposals, and the acceptance probabilities
         if any_langevin:
@@ -463,7 +509,7 @@ class PTLangevin(Sampler):
         u_new = u_new.detach().reshape(S).to(dtype)
         log_alpha = -beta * (u_new - u_old)
         if any_langevin:
-            ratio = self._log_proposal_ratio(start, theta, noise, g_new, drift, sigma)
+            ratio = self._log_proposal_ratio(start, theta, noise, g_new, drift, sigma, m)
             log_alpha = log_alpha + torch.where(langevin, ratio, torch.zeros_like(ratio))
         finite = torch.isfinite(log_alpha)
         log_alpha = torch.where(finite, log_alpha, torch.full_like(log_alpha, -math.inf))
@@ -507,17 +553,33 @@ class PTLangevin(Sampler):
                                    extra={k: v.reshape(()) for k, v in extra.items()})
         return state, StepInfo(potential=value, is_draw=is_draw, extra=extra)
 
+    @staticmethod
+    def _mass(state: PTLangevinState, theta: list[Tensor]) -> tuple[list, list]:
+        """The inverse mass ``m`` and its root as ``(S, n_k)`` views of the member views (1.0 without a mass)."""
+        pre = state.precond
+        if pre is None or pre.inverse_mass is None:
+            return [1.0] * len(theta), [1.0] * len(theta)
+
+        def make():
+            m = pre.inverse_mass.reshape(len(theta[0]), -1)
+            parts = list(m.split([t.shape[1] for t in theta], dim=1))
+            return parts, [x.sqrt() for x in parts]
+
+        return state.derived("mass", make)
+
     def _log_proposal_ratio(self, start: list[Tensor], proposal: list[Tensor], noise: list[Tensor],
-                            grad_new: list[Tensor], drift: Tensor, sigma: Tensor) -> Tensor:
+                            grad_new: list[Tensor], drift: Tensor, sigma: Tensor, m: list) -> Tensor:
         r""":math:`\log q(\theta|\theta') - \log q(\theta'|\theta)` per member, shape ``(S,)``, for Langevin proposals.
 
-        :math:`\theta' - \mu(\theta) = \sigma\epsilon` (the drawn ``noise``
+        :math:`\theta' - \mu(\theta) = \sigma M^{-1/2}\epsilon` (the drawn ``noise``
         :math:`\epsilon`), so the forward term is :math:`|\epsilon|^2/2`; the
-        backward one is :math:`|\theta - \theta' + r\beta\nabla U(\theta')|^2/(2\sigma^2)`.
+        backward one is :math:`(\theta - \theta' + r\beta M^{-1}\nabla U(\theta'))^\top M
+        (\ldots)/(2\sigma^2)`, ``m`` the inverse mass per coordinate (1.0 without one).
         ``drift`` is :math:`r\beta_m` and ``sigma`` each member's :math:`\sigma`, both shape ``(S, 1)``.
         """
         forward = sum(n.square().sum(1) for n in noise) * 0.5
-        backward = sum((s - p + drift * g).square().sum(1) for s, p, g in zip(start, proposal, grad_new))
+        backward = sum(((s - p + drift * mk * g).square() / mk).sum(1)
+                       for s, p, g, mk in zip(start, proposal, grad_new, m))
         return forward - backward / (2.0 * sigma * sigma).squeeze(1)
 
     def _swap(self, state: PTLangevinState) -> Tensor:

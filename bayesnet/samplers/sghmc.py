@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import math
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+import torch
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo, register_sampler
-from .integrators import (
-    chain_numel,
-    gaussian_momentum,
-    gradient_step,
-    ornstein_uhlenbeck_step,
-    position_step,
-    squared_norm,
-)
+from .integrators import chain_numel, momentum_views, normal_flat, position_step
 from .random import ChainRandom
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, views
 
 __all__ = ["SGHMC"]
 
@@ -53,10 +47,18 @@ class SGHMC(Sampler):
     draws. The gradient is evaluated once per step, at the position the step
     returns.
 
+    With a diagonal mass matrix :math:`M` (the warm-up's preconditioner) the
+    kick and the noise are :math:`\eta M^{-1}\nabla\tilde U` and
+    :math:`\mathcal N(0, 2(\alpha-\hat\beta)\eta T M^{-1})`, and the momenta
+    :math:`r \sim \mathcal N(0, \eta T M^{-1})`.
+
     Parameters
     ----------
-    step_size : float, default=1e-4
+    step_size : float or "auto", default="auto"
         :math:`\eta > 0` ("learning rate"), same units as in :class:`SGLD`.
+        "auto" is set by the warm-up: stable,
+        :math:`\eta\lambda_{max}(M^{-1}H) = 0.2` (5 % inflation of the stiffest direction's variance, measured), and cool, the gradient
+        noise's heat :math:`\eta\rho/(2\alpha) \le 5\%`.
     friction : float, default=0.05
         :math:`\alpha \in (0, 1]`, the fraction of momentum removed per step
         (``1 - momentum`` in SGD terms). Chen et al. suggest 0.01-0.1.
@@ -65,6 +67,7 @@ class SGHMC(Sampler):
         the usual choice.
     temperature : float, default=1.0
         :math:`T > 0`.
+{warmup}
 
     Raises
     ------
@@ -77,7 +80,7 @@ class SGHMC(Sampler):
     The friction enters as Euler's :math:`(1-\alpha)` rather than the exact
     :math:`e^{-\alpha}` (the latter is the O step of :mod:`baoab`), as in Chen
     et al. Momenta start at their equilibrium :math:`\mathcal N(0, \eta T I)`.
-    ``StepInfo.kinetic_temperature`` is :math:`\sum r^2/(\eta D)`.
+    ``StepInfo.kinetic_temperature`` is :math:`\sum_i r_i^2 M_i/(\eta D)`.
 
     References
     ----------
@@ -88,24 +91,25 @@ class SGHMC(Sampler):
     name = "sghmc"
     stats = {**COMMON_STATS, **MOMENTUM_STATS}
     state_class = MomentumState
+    fallback_step_size = 1e-4
+    stability = 0.1
     _parameter_constraints = {
-        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "friction": [Interval(Real, 0, 1, closed="right")],
         "noise_estimate": [Interval(Real, 0, 1, closed="left")],
         "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+        "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
+        "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
     }
 
-    def __init__(
-        self,
-        step_size: float = 1e-4,
-        friction: float = 0.05,
-        noise_estimate: float = 0.0,
-        temperature: float = 1.0,
-    ):
+    def __init__(self, step_size: float | str = "auto", friction: float = 0.05, noise_estimate: float = 0.0,
+                 temperature: float = 1.0, preconditioner: str | None = "auto", adaptation_steps: int | str = "auto"):
         self.step_size = step_size
         self.friction = friction
         self.noise_estimate = noise_estimate
         self.temperature = temperature
+        self.preconditioner = preconditioner
+        self.adaptation_steps = adaptation_steps
 
     def _check_params(self) -> None:
         if self.noise_estimate >= self.friction:
@@ -115,24 +119,43 @@ class SGHMC(Sampler):
     def target_temperature(self) -> float:
         return float(self.temperature)
 
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> MomentumState:
-        std = math.sqrt(self.step_size * self.temperature)
-        # The momenta are views of one (chain-major) buffer: diagnostics reduce it in one op per chain.
-        momentum, flat = gaussian_momentum(position, std, rng, layout)
-        return MomentumState(position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat)
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """``min(stability / lambda, 2 friction HEAT / rho)``: see ``step_size``."""
+        step = self.stability / curvature
+        if noise_fraction is not None:
+            step = torch.minimum(step, 2.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
+        return step
 
-    def step(self, state: MomentumState, potential: Potential, batch: Any) -> tuple[MomentumState, StepInfo]:
-        eta, alpha = self.step_size, self.friction
-        flat = state.flat_momentum
+    def momentum_std(self, state: MomentumState) -> Tensor:
+        pre = state.precond
+        return state.derived("momentum_std", lambda: pre.per_coordinate(
+            torch.sqrt(pre.step_size * self.temperature), 0.5, state.flat_momentum))
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> MomentumState:
+        # the momenta are views of one (chain-major) buffer: kinetic energies take one reduction per chain
+        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
+        state = MomentumState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
+                              flat_momentum=flat, precond=precond)
+        flat.mul_(self.momentum_std(state))
+        return state
+
+    def _step(self, state: MomentumState, potential: Potential, batch: Any) -> tuple[MomentumState, StepInfo]:
+        pre, alpha, flat = state.precond, self.friction, state.flat_momentum
+        kick = state.derived("kick", lambda: views(pre.per_coordinate(pre.step_size, 1.0, flat), state.position))
+        noise = state.derived("noise", lambda: pre.per_coordinate(
+            torch.sqrt(2.0 * (alpha - self.noise_estimate) * pre.step_size * self.temperature), 0.5, flat))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(0.5 / pre.step_size, -1.0, flat))
         position_step(state.position, state.momentum)  # A
         value, grad = potential.value_and_grad(batch)
-        noise_std = math.sqrt(2.0 * (alpha - self.noise_estimate) * eta * self.temperature)
-        ornstein_uhlenbeck_step(state.momentum, 1.0 - alpha, noise_std, state.rng, state.layout, flat)  # O
-        gradient_step(state.momentum, grad, eta)  # B
+        with torch.no_grad():
+            flat.mul_(1.0 - alpha)  # O: friction, then noise
+            flat.addcmul_(normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat), noise)
+            torch._foreach_addcmul_(state.momentum, list(grad), kick, value=-1.0)  # B
+            kinetic = (flat * flat * weight).sum(-1)
         state.step += 1
-        kinetic = squared_norm(state.momentum, flat) / (2.0 * eta)
-        return state, StepInfo(
-            potential=value.detach(),
-            kinetic_energy=kinetic,
-            kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout),
-        )
+        return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
+                               kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout))
+
+
+SGHMC.__doc__ = SGHMC.__doc__.replace("{warmup}", WARMUP_DOC)

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import math
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+import torch
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
 from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
-from .integrators import add_noise, gradient_step
+from .integrators import gaussian_like
 from .random import ChainRandom
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, views
 
 __all__ = ["SGLD"]
 
@@ -38,16 +39,28 @@ class SGLD(Sampler):
     :math:`\propto \exp(-U(\theta)/T)` (paper 001 eqs. 3.3 and 3.6). Every step's
     position is a draw; ``burn_in`` and ``thinning`` are applied by the trace.
 
+    With a diagonal mass matrix :math:`M` (the warm-up's preconditioner) the
+    step is :math:`\theta_{t+1} = \theta_t - \eta M^{-1}\nabla\tilde U +
+    \sqrt{2\eta T M^{-1}}\,\epsilon_t`: a constant :math:`M` needs no
+    correction term, so the chain keeps the same target (Li et al. 2016, eq. 4
+    with :math:`\Gamma = 0`).
+
     Parameters
     ----------
-    step_size : float, default=1e-4
-        :math:`\eta > 0`, in units of (parameter units)^2 per unit of
-        potential. The stationary variance of a Gaussian direction with
-        curvature :math:`\lambda` is inflated by :math:`1/(1-\eta\lambda/2)`;
-        keep :math:`\eta\lambda_{max} \ll 1`.
+    step_size : float or "auto", default="auto"
+        :math:`\eta > 0`. A number is in units of (parameter units)^2 per
+        unit of potential (with ``preconditioner=None``); the stationary
+        variance of a Gaussian direction with curvature :math:`\lambda` is
+        inflated by :math:`1/(1-\eta\lambda/2)`. "auto" is dimensionless and
+        set by the warm-up (:meth:`warmup_step_size`): stable,
+        :math:`\eta\lambda_{max}(M^{-1}H) = 0.1` (5 % inflation of the
+        stiffest direction's variance), and cool, the gradient noise's heat
+        :math:`\eta\rho/2 \le 5\%` (:math:`\rho` its share of the gradient's
+        second moment).
     temperature : float, default=1.0
         :math:`T = \tau > 0`; ``1`` samples the posterior, larger values
         flatten it (paper 001 Remark 26).
+{warmup}
 
     Raises
     ------
@@ -72,21 +85,46 @@ class SGLD(Sampler):
     """
 
     name = "sgld"
+    fallback_step_size = 1e-4
+    #: the preconditioned stability target: step * lambda_max
+    stability = 0.1
     _parameter_constraints = {
-        "step_size": [Interval(Real, 0, np.inf, closed="neither")],
+        "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "temperature": [Interval(Real, 0, np.inf, closed="neither")],
+        "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
+        "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
     }
 
-    def __init__(self, step_size: float = 1e-4, temperature: float = 1.0):
+    def __init__(self, step_size: float | str = "auto", temperature: float = 1.0, preconditioner: str | None = "auto",
+                 adaptation_steps: int | str = "auto"):
         self.step_size = step_size
         self.temperature = temperature
+        self.preconditioner = preconditioner
+        self.adaptation_steps = adaptation_steps
 
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> SamplerState:
-        return SamplerState(position=position, layout=layout, rng=rng)
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """``min(stability / lambda, 2 HEAT / rho)``: see ``step_size``."""
+        step = self.stability / curvature
+        if noise_fraction is not None:
+            step = torch.minimum(step, 2.0 * HEAT / noise_fraction.clamp_min(1e-12))
+        return step
 
-    def step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> SamplerState:
+        return SamplerState(position=position, layout=layout, rng=rng, precond=precond)
+
+    def _step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
+        pre, position = state.precond, state.position
+        template = state.derived("template", lambda: flatten([p.detach() for p in position], state.layout))
+        drift = state.derived("drift", lambda: views(pre.per_coordinate(pre.step_size, 1.0, template), position))
+        noise = state.derived("noise", lambda: views(pre.per_coordinate(
+            torch.sqrt(2.0 * pre.step_size * self.temperature), 0.5, template), position))
         value, grad = potential.value_and_grad(batch)
-        gradient_step(state.position, grad, self.step_size)  # B applied to theta
-        add_noise(state.position, math.sqrt(2.0 * self.step_size * self.temperature), state.rng, state.layout)
+        with torch.no_grad():
+            torch._foreach_addcmul_(position, list(grad), drift, value=-1.0)  # B applied to theta
+            torch._foreach_addcmul_(position, gaussian_like(position, state.rng, state.layout), noise)
         state.step += 1
         return state, StepInfo(potential=value.detach())
+
+
+SGLD.__doc__ = SGLD.__doc__.replace("{warmup}", WARMUP_DOC)

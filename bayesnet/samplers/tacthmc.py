@@ -14,8 +14,9 @@ from torch import Tensor
 
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
-from .integrators import gaussian_like, gaussian_momentum, squared_norm
+from .integrators import gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
+from .warmup import WARMUP_DOC, Preconditioner, views
 
 __all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
 
@@ -112,13 +113,16 @@ class TACTHMC(Sampler):
 
     Parameters
     ----------
-    step_size : float, default=1e-4
-        :math:`\eta_\theta > 0`, in the units of :class:`SGNHT`'s. The
-        stable step size shrinks roughly like ``1/N`` on the full-data
-        potential of Sec. 3.1 (``N/|S|`` scaling): 1e-4 suits a few hundred
-        rows, and the paper's 1.5e-3 for EMNIST (N = 112,800) is far beyond
-        that bound for this potential, so its experiments' settings do not
-        carry over to the estimators as they stand.
+    step_size : float or "auto", default="auto"
+        :math:`\eta_\theta > 0`, in the units of :class:`SGNHT`'s. A number
+        is the paper's unpreconditioned step (with ``preconditioner=None``,
+        as the paper runs): it shrinks roughly like ``1/N`` on the
+        full-data potential of Sec. 3.1 (``N/|S|`` scaling), so the paper's
+        1.5e-3 for EMNIST (N = 112,800) does not carry over to this
+        potential. "auto" is set by the warm-up on the preconditioned
+        potential, as for :class:`SGNHT` (:math:`\eta\lambda_{max} = 0.15`);
+        with the diagonal mass :math:`M` the kick, the noise and the
+        thermostat's kinetic temperature carry :math:`M^{-1}` as in SGNHT.
     tempering_step_size : float or "auto", default="auto"
         :math:`\eta_\xi > 0` (paper: 1.5e-3 for the MLP). The samples are
         exact only if :math:`\theta` stays near equilibrium at the current
@@ -194,6 +198,7 @@ class TACTHMC(Sampler):
         False holds :math:`z_\theta = c_\theta` and :math:`z_\xi = c_\xi`
         fixed: the "tempering without thermostats" ablation of Sec. 5.1
         (constant friction, which cannot absorb gradient noise).
+{warmup}
 
     Raises
     ------
@@ -249,8 +254,11 @@ class TACTHMC(Sampler):
     state_class = TACTHMCState
     _parameter_constraints = {
         **{key: [Interval(Real, 0, np.inf, closed="neither")] for key in (
-            "step_size", "thermal_inertia", "tempering_thermal_inertia", "plateau", "coupling_width", "wall",
+            "thermal_inertia", "tempering_thermal_inertia", "plateau", "coupling_width", "wall",
             "metadynamics_height", "temperature")},
+        "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
+        "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
+        "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "noise": [Interval(Real, 0, np.inf, closed="left")],
         "tempering_noise": [Interval(Real, 0, np.inf, closed="left")],
         "tempering_step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
@@ -264,13 +272,13 @@ class TACTHMC(Sampler):
         "thermostats": ["boolean"],
     }
 
-    def __init__(self, step_size: float = 1e-4, tempering_step_size: float | str = "auto", noise: float = 0.05,
+    def __init__(self, step_size: float | str = "auto", tempering_step_size: float | str = "auto", noise: float = 0.05,
                  tempering_noise: float = 0.05, thermal_inertia: float = 1.0, tempering_thermal_inertia: float = 1.0,
                  steps_per_sample: int = 50, plateau: float = 1.0 / 3.0, coupling_width: float = 1.0,
                  coupling_order: int = 3, wall: float = 5.0 / 3.0, biasing: str | None = "abf", n_bins: int = 50,
                  metadynamics_height: float = 0.1, metadynamics_bias_temperature: float | None = None,
                  resample_momentum: bool = False, temperature: float = 1.0, tempering: bool = True,
-                 thermostats: bool = True):
+                 thermostats: bool = True, preconditioner: str | None = "auto", adaptation_steps: int | str = "auto"):
         self.step_size = step_size
         self.tempering_step_size = tempering_step_size
         self.noise = noise
@@ -290,6 +298,8 @@ class TACTHMC(Sampler):
         self.temperature = temperature
         self.tempering = tempering
         self.thermostats = thermostats
+        self.preconditioner = preconditioner
+        self.adaptation_steps = adaptation_steps
 
     def _check_params(self) -> None:
         if self.coupling_width <= self.plateau:
@@ -346,25 +356,59 @@ class TACTHMC(Sampler):
     def temperature_range(self) -> tuple[float, float]:
         return float(self.temperature), float(self.max_temperature) if self.tempering else float(self.temperature)
 
-    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout) -> TACTHMCState:
+    fallback_step_size = 1e-4
+    stability = 0.15
+
+    def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
+        """As :class:`SGNHT`'s: ``min(stability / lambda, 1 / rho)``."""
+        step = self.stability / curvature
+        if noise_fraction is not None:
+            step = torch.minimum(step, 1.0 / noise_fraction.clamp_min(1e-12))
+        return step
+
+    def restart_members(self, state: TACTHMCState, members: Tensor, potential: Potential, batch: Any) -> None:
+        """A restarted chain's thermostats start again at their initial values, its tempering variable at rest
+        on the plateau."""
+        mask = members.reshape(state.xi.shape) if state.xi.ndim else members.any().reshape(())
+        state.thermostat = torch.where(mask, torch.full_like(state.thermostat, float(self.noise)), state.thermostat)
+        state.tempering_thermostat = torch.where(mask, torch.full_like(state.tempering_thermostat,
+                                                                       float(self.tempering_noise)),
+                                                 state.tempering_thermostat)
+        state.xi = torch.where(mask, torch.zeros_like(state.xi), state.xi)
+        state.xi_momentum = torch.where(mask, torch.zeros_like(state.xi_momentum), state.xi_momentum)
+        # the biasing table and histogram learnt along the way out may hold non-finite or runaway values: a
+        # restarted chain learns them afresh
+        rows = mask.reshape(mask.shape + (1,)) if state.bias.ndim > mask.ndim else mask
+        state.bias = torch.where(rows, torch.zeros_like(state.bias), state.bias)
+        state.bin_visits = torch.where(rows, torch.zeros_like(state.bin_visits), state.bin_visits)
+
+    def momentum_std(self, state: TACTHMCState) -> Tensor:
+        pre = state.precond
+        return state.derived("momentum_std", lambda: pre.per_coordinate(
+            torch.sqrt(pre.step_size * self.temperature), 0.5, state.flat_momentum))
+
+    def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+              precond: Preconditioner) -> TACTHMCState:
         """Start at ``position`` with :math:`\\xi = 0` (unit temperature), momenta from their stationary laws."""
         first = position[0]
         shape = () if layout.n_chains is None else (layout.chains,)
         opts = dict(dtype=first.dtype, device=first.device)
         T = self.temperature
-        momentum, flat = gaussian_momentum(position, math.sqrt(self.step_size * T), rng, layout)
+        flat = normal_flat(rng, layout, sum(p.numel() for p in position), first.dtype).clone()
         dim = sum(p.numel() for p in position) // layout.chains
         eta_xi = self.resolve_tempering_step_size(dim)
         r_xi = rng.normal(1, first.dtype).reshape(shape) * math.sqrt(eta_xi * T)
         if not self.tempering:
             r_xi.zero_()
-        return TACTHMCState(
-            position=position, layout=layout, rng=rng, momentum=momentum, flat_momentum=flat,
-            xi=torch.zeros(shape, **opts), xi_momentum=r_xi,
+        state = TACTHMCState(
+            position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position), flat_momentum=flat,
+            precond=precond, xi=torch.zeros(shape, **opts), xi_momentum=r_xi,
             thermostat=torch.full(shape, float(self.noise), **opts),
             tempering_thermostat=torch.full(shape, float(self.tempering_noise), **opts),
             bias=torch.zeros(shape + (self.n_bins,), **opts), bin_visits=torch.zeros(shape + (self.n_bins,), **opts),
             plateau_steps=torch.zeros(shape, **opts), tempering_step_size=eta_xi)
+        flat.mul_(self.momentum_std(state))
+        return state
 
     def resolve_tempering_step_size(self, dim: int) -> float:
         """:math:`\\eta_\\xi` for a model with ``dim`` parameters per chain (see ``tempering_step_size``)."""
@@ -409,11 +453,16 @@ class TACTHMC(Sampler):
             bias.scatter_add_(-1, idx, height)
 
     @torch.no_grad()
-    def step(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple[TACTHMCState, StepInfo]:
+    def _step(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple[TACTHMCState, StepInfo]:
         T = self.temperature
         if self.tempering_step_size != "auto":  # a value set on a continuing chain takes effect
             state.tempering_step_size = float(self.tempering_step_size)
-        eta, eta_xi = self.step_size, state.tempering_step_size
+        pre, flat = state.precond, state.flat_momentum
+        eta, eta_xi = pre.step_size, state.tempering_step_size
+        kick = state.derived("kick", lambda: views(pre.per_coordinate(eta, 1.0, flat), state.position))
+        noise_scale = state.derived("noise", lambda: views(pre.per_coordinate(
+            torch.sqrt(2.0 * self.noise * eta * T), 0.5, flat), state.position))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(1.0 / eta, -1.0, flat))
         r, theta, rng, layout = state.momentum, state.position, state.rng, state.layout
         xi, r_xi = state.xi, state.xi_momentum
         batched = layout.n_chains is not None
@@ -427,11 +476,11 @@ class TACTHMC(Sampler):
         lam2, dlam2 = lam * lam, dlam * dlam
         # lines 5-6: thermostats (kinetic temperature per chain)
         dim = sum(p.numel() for p in r) // n_chains
-        r2 = squared_norm(r, state.flat_momentum)  # per chain: the momenta are views of one chain-major buffer
-        if self.thermostats:
+        t_kin = (flat * flat * weight).sum(-1) / dim  # per chain: the momenta are views of one chain-major buffer
+        if self.thermostats:  # line 6 in kinetic-temperature form: r'r/D - eta T = eta (T_kin - T) for M = I
             state.tempering_thermostat = state.tempering_thermostat + dlam2 * (r_xi * r_xi - eta_xi * T) \
                 / self.tempering_thermal_inertia
-            state.thermostat = state.thermostat + lam2 * (r2 / dim - eta * T) / self.thermal_inertia
+            state.thermostat = state.thermostat + lam2 * eta * (t_kin - T) / self.thermal_inertia
         z_theta, z_xi = state.thermostat, state.tempering_thermostat
         # line 7-8
         j = self._bin(xi)
@@ -439,16 +488,16 @@ class TACTHMC(Sampler):
         value, grad = potential.value_and_grad(batch)
         value = value.detach().to(xi.dtype).reshape(xi.shape)
         # line 9: tempering momentum
-        kick = rng.normal(1, xi.dtype).reshape(xi.shape)  # drawn also without tempering: streams stay aligned
+        xi_kick = rng.normal(1, xi.dtype).reshape(xi.shape)  # drawn also without tempering: streams stay aligned
         if self.tempering:
-            r_xi = (r_xi - dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * kick)
+            r_xi = (r_xi - dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * xi_kick)
                     - dlam2 * z_xi * r_xi + eta_xi * delta_a)
-        # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta grad + lam sqrt(2 c eta T) N
+        # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta M^-1 grad + lam sqrt(2 c eta T M^-1) N
         decay = 1.0 - lam2 * z_theta
         noise = gaussian_like(r, rng, layout)
-        noise_std = lam * math.sqrt(2.0 * self.noise * eta * T)
-        for m, g, w in zip(r, grad, noise):
-            m.mul_(_per_chain(decay, m)).add_(_per_chain(-eta * lam, m) * g + _per_chain(noise_std, m) * w)
+        for m, g, w, k, c in zip(r, grad, noise, kick, noise_scale):
+            lam_m = _per_chain(lam, m)
+            m.mul_(_per_chain(decay, m)).addcmul_(g, k * lam_m, value=-1.0).addcmul_(w, c * lam_m)
         if self.tempering:
             # line 11
             self._update_bias(state, j, dlam * value)
@@ -474,8 +523,8 @@ class TACTHMC(Sampler):
             is_draw = torch.zeros_like(on_plateau) if batched else False
         info = StepInfo(
             potential=value,
-            kinetic_energy=0.5 * r2 / eta,
-            kinetic_temperature=r2 / (eta * dim),
+            kinetic_energy=0.5 * t_kin * dim,
+            kinetic_temperature=t_kin,
             is_draw=is_draw,
             extra={"xi": xi, "effective_temperature": T / lam, "thermostat": z_theta,
                    "tempering_thermostat": z_xi, "on_plateau": plateau_flag},
@@ -485,8 +534,9 @@ class TACTHMC(Sampler):
     def _resample(self, state: TACTHMCState, chains: Tensor) -> None:
         T = self.temperature
         fresh = gaussian_like(state.momentum, state.rng, state.layout)
-        for m, w in zip(state.momentum, fresh):
-            m.copy_(torch.where(_per_chain(chains, m), w * math.sqrt(self.step_size * T), m))
+        std = views(self.momentum_std(state), state.momentum)
+        for m, w, sd in zip(state.momentum, fresh, std):
+            m.copy_(torch.where(_per_chain(chains, m), w * sd, m))
         r_xi = state.xi_momentum
         new = state.rng.normal(1, r_xi.dtype).reshape(r_xi.shape)
         state.xi_momentum = torch.where(chains, new * math.sqrt(state.tempering_step_size * T), r_xi)
@@ -525,3 +575,6 @@ class TACTHMC(Sampler):
     def plateau_fraction(state: TACTHMCState) -> Tensor:
         """Fraction of the steps so far taken at unit temperature, per chain (Appendix A's efficiency)."""
         return state.plateau_steps / max(state.step, 1)
+
+
+TACTHMC.__doc__ = TACTHMC.__doc__.replace("{warmup}", WARMUP_DOC)

@@ -1,0 +1,647 @@
+"""Warm-up: a diagonal mass matrix and a step size adapted during burn-in, then frozen.
+
+Every sampler that takes ``step_size="auto"`` or ``preconditioner="diagonal"`` (or ``"layer"``) is warmed up
+the same way, in windows after Stan's (Carpenter et al. 2017; Hoffman and Gelman 2014):
+
+1. **Start.** At the first step the inverse mass ``m = M^{-1}`` is set from the squared gradient at the
+   starting point, and the step size from the curvature it leaves (below).
+2. **Windows.** The warm-up's ``W`` steps (the run's burn-in) are cut into an initial window (15 %), a
+   sequence of windows that double in length, and a final window (10 %). Over each window every member
+   accumulates the second moment of its gradient, ``E[g_i^2]``; at the end of each doubling window the mass
+   becomes that moment, ``M_i = E[g_i^2]`` (the empirical Fisher information, which at equilibrium equals the
+   expected Hessian's diagonal: Li et al. 2016's pSGLD, Wenzel et al. 2020's layer-wise preconditioner take
+   its square root instead; the moment itself makes the step dimensionless, see below), and the step size is
+   set anew.
+3. **Frozen.** After ``W`` steps the mass and step size no longer change, so the kept draws come from one
+   fixed kernel: a constant preconditioner needs no correction term (the ``Gamma`` of Li et al.'s eq. 4), and
+   each sampler stays exact for its target.
+
+The step size. With ``M = E[g g]`` the preconditioned Hessian ``m^{1/2} H m^{1/2}`` has curvatures of order
+one in every well-determined direction, whatever the features' scales and the data size, so one
+dimensionless step serves all problems. At each window's end the warm-up measures, per member, the largest
+preconditioned curvature ``lambda`` by power iteration on finite-difference Hessian-vector products of the
+current mini-batch (the same batch on both sides, so the difference is a curvature, not noise), and the
+fraction ``rho`` of the gradient's second moment that is mini-batch noise (the squared difference of the
+gradients of the batch's two halves; 0 on the full data). The sampler turns them into its step size
+(:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable (``step * lambda`` below a constant) and cool (the
+heat the gradient noise adds, ``step * rho / 2`` for SGLD, ``step * rho / (2 friction)`` for SGHMC, below 5 %).
+
+Guards: a zero, tiny or non-finite gradient moment never becomes a divisor: moments are floored at
+``1e-4`` times the member's median and non-finite ones replaced by it; a non-finite curvature keeps the
+previous step size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from ..plan import ChainLayout
+
+__all__ = ["Preconditioner", "WarmUp", "windows", "member_view", "flatten", "views", "HEAT", "WARMUP_DOC"]
+
+#: the heat the mini-batch gradient noise may add at the warmed-up step size (5 % of the temperature)
+HEAT = 0.05
+#: a window shorter than this many steps neither sets the mass (too few gradients) nor lets the step grow
+MIN_WINDOW = 20
+#: a warm-up shorter than this many steps has not settled (its last windows are too short to estimate from)
+MIN_SETTLED = 200
+
+#: the warm-up parameters' docstring, shared by the samplers that take them
+WARMUP_DOC = """    preconditioner : {"auto", "diagonal", "layer"} or None, default="auto"
+        The diagonal mass matrix ``M`` adapted during the warm-up
+        (:mod:`bayesnet.samplers.warmup`): one entry per parameter
+        ("diagonal") or one per parameter tensor ("layer"), from the
+        gradients' second moments, frozen afterwards. None is the identity.
+        "auto" is "diagonal" when ``step_size="auto"`` and None when a step
+        size is given, so that an explicit step keeps its meaning (the
+        papers' settings).
+    adaptation_steps : int or "auto", default="auto"
+        Length of the warm-up in steps; "auto" is the estimators' burn-in
+        (the run plan's), and 0 for a kernel used without a plan. The kept
+        draws must come after it (the estimators' burn-in does that)."""
+
+
+def member_view(t: Tensor, like: Tensor) -> Tensor:
+    """Broadcast a per-member tensor, shape ``()`` or ``(S,)``, against a parameter tensor ``(S, ...)``."""
+    return t.reshape(t.shape + (1,) * (like.ndim - t.ndim))
+
+
+def member_mask(members: Tensor, like: Tensor, layout: ChainLayout) -> Tensor:
+    """A bool mask over the member axis, shape ``(S,)``, broadcast against ``like`` (without a member axis: one
+    value, true if any is)."""
+    return member_view(members, like) if layout.n_members is not None else members.any().reshape(())
+
+
+@torch.no_grad()
+def regrad(grad: Sequence[Tensor] | None, members: Tensor, potential, batch, layout: ChainLayout):
+    """``grad`` (a cached gradient) recomputed on ``batch`` at the current position where ``members`` is true,
+    the others' entries kept bit for bit; None stays None (the next step computes it)."""
+    if grad is None:
+        return None
+    _, fresh = potential.value_and_grad(batch)
+    return [torch.where(member_mask(members, g, layout), f.detach(), g) for f, g in zip(fresh, grad)]
+
+
+def flatten(tensors: Sequence[Tensor], layout: ChainLayout) -> Tensor:
+    """One buffer laid out as the momenta's: chain-major ``(S, D / S)`` with a member axis, else ``(D,)``."""
+    if layout.n_members is None:
+        return torch.cat([t.reshape(-1) for t in tensors])
+    return torch.cat([t.reshape(layout.n_members, -1) for t in tensors], dim=1)
+
+
+def views(flat: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
+    """Views of a flat buffer shaped like ``like`` (see :func:`flatten`)."""
+    if flat.ndim == 1:
+        return [c.view_as(p) for c, p in zip(flat.split([p.numel() for p in like]), like)]
+    return [c.view(p.shape) for c, p in zip(flat.split([p[0].numel() for p in like], dim=1), like)]
+
+
+@dataclass
+class Preconditioner:
+    """The adapted quantities a kernel reads: each member's step size and the diagonal inverse mass.
+
+    Attributes
+    ----------
+    step_size : Tensor, shape (S,) or ()
+        Per member, in the sampler's own step-size units.
+    inverse_mass : Tensor or None
+        ``m = M^{-1}`` as one buffer laid out as the momenta (:func:`flatten`); None is the identity.
+    version : int
+        Incremented whenever either changes (kernels cache what they derive from them).
+    """
+
+    step_size: Tensor
+    inverse_mass: Tensor | None = None
+    version: int = 0
+
+    def per_coordinate(self, factor: Tensor | float, power: float, template: Tensor) -> Tensor:
+        """``factor * m ** power`` as a buffer shaped like ``template`` (a flat buffer), ``factor`` per member
+        (shape ``()`` or ``(S,)``) or a float: the kernels' per-coordinate step and noise scales."""
+        f = torch.as_tensor(factor, dtype=template.dtype, device=template.device)
+        f = f.reshape(f.shape + (1,) * (template.ndim - f.ndim))
+        if self.inverse_mass is None:
+            return f.expand_as(template).contiguous()
+        m = self.inverse_mass if power == 1.0 else self.inverse_mass.pow(power)
+        return (f * m).contiguous()
+
+
+def windows(n_steps: int) -> list[int]:
+    """The steps at which the warm-up sets the mass and step size anew, in order: the end of the initial
+    window (15 %), of each doubling window (25, 50, 100, ... steps, the last stretched to the final window),
+    of the final window's start (90 %), and ``n_steps`` itself, where the warm-up freezes. Fewer than 20 steps:
+    only the freeze (the start's estimates stay)."""
+    if n_steps < 20:
+        return [n_steps] if n_steps > 0 else []
+    first = max(int(0.15 * n_steps), 5)
+    final = n_steps - max(int(0.1 * n_steps), 5)
+    out, at, size = [first], first, 25
+    while at < final:
+        nxt = at + size
+        if nxt + 2 * size > final:  # the last doubling window runs to the final window's start
+            nxt = final
+        out.append(nxt)
+        at, size = nxt, 2 * size
+    return out + [n_steps]
+
+
+@dataclass
+class WarmUp:
+    """Warm-up bookkeeping kept in the state while it runs (None once frozen).
+
+    Attributes
+    ----------
+    n_steps : int
+        The warm-up's length ``W``.
+    ends : list of int
+        Steps at which a window ends (:func:`windows`); the last is ``W``.
+    adapt_mass : bool
+    adapt_step : bool
+        Whether the sampler's step size is set from the curvature (else it is fixed, or tuned by the sampler
+        itself on its acceptance rate).
+    layerwise : bool
+        One mass per parameter tensor (the mean of its moments) instead of one per coordinate.
+    moments : list of Tensor or None
+        The current window's sums of squared gradients, per member and coordinate.
+    count : int
+        Gradients summed into ``moments``.
+    history : list of Tensor
+        The step sizes set at each window's end (per member), for the settling check.
+    """
+
+    n_steps: int
+    ends: list[int]
+    adapt_mass: bool
+    adapt_step: bool
+    layerwise: bool = False
+    started: bool = False
+    moments: list[Tensor] | None = None
+    count: int = 0
+    history: list[Tensor] = field(default_factory=list)
+    curvature: Tensor | None = None
+    noise_fraction: Tensor | None = None
+
+    first_only: bool = False
+    recorded_step: int = -1
+    guard_every: int = 10
+    backup: list[Tensor] | None = None
+    heat: Tensor | None = None
+    heat_count: int = 0
+    bad: Tensor | None = None
+    n_restarts: int = 0
+    window_restarts: int = 0
+    restarted: Tensor | None = None  # per member: restarted in the current window
+    temperature: float = 1.0  # the sampler's target temperature (the potential's equilibrium spread)
+    n_hot: int = 0  # windows (per member) that ran hot
+    recent: list = field(default_factory=list)  # the last mini-batches seen (references, not copies)
+    window_start: int = 0
+    window_heat: Tensor | None = None  # per member: sum of T_kin / target over the window's second half
+    window_heat_count: int = 0
+    window_potential: list | None = None  # per member: sums of the potential over the window's two halves
+    window_potential_count: list | None = None
+
+    def remember(self, batch) -> None:
+        """Keep ``batch`` among the last ``N_BATCHES`` seen (a full batch, the same object each step, once)."""
+        if not self.recent or self.recent[-1] is not batch:
+            self.recent = (self.recent + [batch])[-N_BATCHES:]
+
+    def record(self, grads: Sequence[Tensor], position: Sequence[Tensor], step: int | None = None) -> None:
+        """Add one gradient (and the position it was taken at) to the window's moments: the sums of ``g``,
+        ``g^2``, ``theta``, ``theta^2`` (non-finite entries count as 0). With ``first_only``, only the first
+        gradient of each step counts (samplers whose later gradients are at proposals that may be rejected, e.g.
+        HMC's leapfrog)."""
+        if self.first_only and step is not None:
+            if step == self.recorded_step:
+                return
+            self.recorded_step = step
+        with torch.no_grad():
+            g = [torch.nan_to_num(x.detach().float(), nan=0.0, posinf=0.0, neginf=0.0) for x in grads]
+            t = [torch.nan_to_num(x.detach().float(), nan=0.0, posinf=0.0, neginf=0.0) for x in position]
+            parts = g + [x * x for x in g] + t + [x * x for x in t]
+            if self.moments is None:
+                self.moments = [x.clone() for x in parts]
+            else:
+                torch._foreach_add_(self.moments, parts)
+        self.count += 1
+
+
+class _Watched:
+    """The potential, seen through the warm-up: every gradient it returns is recorded."""
+
+    def __init__(self, potential, warmup: WarmUp, step: int):
+        self._potential = potential
+        self._warmup = warmup
+        self._step = step
+        self.parameters = potential.parameters
+
+    def value_and_grad(self, batch):
+        value, grads = self._potential.value_and_grad(batch)
+        self._warmup.record(grads, self._potential.parameters, self._step)
+        return value, grads
+
+    def value(self, batch):
+        return self._potential.value(batch)
+
+    def __getattr__(self, name):
+        return getattr(self._potential, name)
+
+
+def _per_member_reduce(tensors: Sequence[Tensor], layout: ChainLayout, fn) -> Tensor:
+    """Apply a reduction over each member's coordinates of all tensors: ``fn(flat (S, D))`` -> (S,)."""
+    S = layout.n_members
+    if S is None:
+        return fn(torch.cat([t.reshape(1, -1) for t in tensors], dim=1)).reshape(())
+    return fn(torch.cat([t.reshape(S, -1) for t in tensors], dim=1))
+
+
+MASS_ESTIMATE = "secant"
+
+
+#: masses are floored at this fraction of the member's median: a coordinate whose gradient barely varied (a
+#: weight on an input that is almost always zero) would otherwise get an unbounded step
+MASS_FLOOR = 1e-2
+
+
+def mass_from_moments(moments: Sequence[Tensor], count: int, layout: ChainLayout, layerwise: bool,
+                      dtype: torch.dtype, previous: Tensor | None = None) -> Tensor:
+    """Inverse mass ``m = 1 / M`` (a flat buffer) from a window's moments, guarded (module docstring).
+
+    ``M_i = sd(g_i) / sd(theta_i)`` over the window: the curvature that links the gradient's spread to the
+    position's (for a quadratic potential exactly its diagonal, whether or not the chain has reached
+    equilibrium; the gradient's noise adds to it, which slows the noisy coordinates). With a count of one
+    (the start's Hessian diagonal, passed as squared "gradients") it is ``sqrt`` of that."""
+    k = len(moments) // 4
+    n = max(count, 1)
+    g1, g2, t1, t2 = (moments[i * k:(i + 1) * k] for i in range(4))
+    if count < 2:
+        M_parts = [torch.sqrt(m2 / n) for m2 in g2]
+    elif MASS_ESTIMATE == "fisher":
+        M_parts = [m2 / n for m2 in g2]
+    else:
+        var_g = [(b / n - (a / n) ** 2).clamp_min(0.0) for a, b in zip(g1, g2)]
+        var_t = [(b / n - (a / n) ** 2).clamp_min(0.0) for a, b in zip(t1, t2)]
+        M_parts = [torch.sqrt(vg / vt) for vg, vt in zip(var_g, var_t)]
+    if layerwise:
+        M_parts = [(acc.reshape(acc.shape[0], -1).mean(1).reshape((acc.shape[0],) + (1,) * (acc.ndim - 1))
+                    .expand_as(acc) if layout.n_members is not None else acc.mean().expand_as(acc)) for acc in M_parts]
+    M = flatten(M_parts, layout).double()
+    tiny = torch.finfo(torch.float32).tiny
+    valid = torch.isfinite(M) & (M > tiny) & (M < 1.0 / tiny)
+    median = torch.nanmedian(torch.where(valid, M, torch.full_like(M, math.nan)), dim=-1, keepdim=True).values
+    before = None if previous is None else 1.0 / previous.double()
+    # an invalid entry keeps its previous mass (the median without one); a member with no valid entry at all
+    # (every gradient of its window non-finite) keeps its previous mass, or unit mass
+    fallback = median if before is None else before
+    M = torch.where(valid, M, fallback)
+    M = torch.maximum(M, MASS_FLOOR * median)
+    lost = ~torch.isfinite(median).expand_as(M)
+    M = torch.where(lost, before if before is not None else torch.ones_like(M), M)
+    return (1.0 / M).to(dtype).contiguous()
+
+
+@torch.no_grad()
+def curvature(potential, batch, position: Sequence[Tensor], inverse_mass: Sequence[Tensor] | None,
+              layout: ChainLayout, rng, n_iter: int = 10, radius: float = 0.01, start_vector=None,
+              return_vector: bool = False):
+    """The largest curvature of each member's preconditioned potential, ``lambda_max(m^{1/2} H m^{1/2})``, by
+    power iteration on finite-difference Hessian-vector products on ``batch``.
+
+    The probe moves every member by ``radius`` in preconditioned units (a hundredth of a posterior standard
+    deviation when ``m`` matches the posterior's scale: small enough that a ReLU network's units keep their
+    state); positions are restored afterwards.
+
+    Returns
+    -------
+    Tensor, shape (S,) or ()
+        Non-finite where a member's gradient was not finite.
+    list of Tensor
+        With ``return_vector``: the last iterate, to start the iteration on another batch from
+        (``start_vector``), which then needs fewer iterations.
+    """
+    from .integrators import gaussian_like
+
+    sqrt_m = views(inverse_mass.sqrt(), position) if inverse_mass is not None else \
+        [torch.ones_like(p) for p in position]
+    start = [p.detach().clone() for p in position]
+    _, g0 = potential.value_and_grad(batch)
+    g0 = [g.detach().clone() for g in g0]
+    v = gaussian_like(position, rng, layout) if start_vector is None else start_vector
+    lam = None
+
+    def unit(vs):
+        norm = _per_member_reduce(vs, layout, lambda x: x.norm(dim=1)).clamp_min(1e-30)
+        return [x / (member_view(norm, x) if layout.n_members is not None else norm) for x in vs]
+
+    v = unit(v)
+    try:
+        for _ in range(n_iter):
+            for p, s0, s, x in zip(position, start, sqrt_m, v):
+                p.copy_(s0 + radius * s * x)
+            _, g1 = potential.value_and_grad(batch)
+            hv = [s * (a - b) / radius for s, a, b in zip(sqrt_m, g1, g0)]  # m^1/2 H m^1/2 v
+            lam = _per_member_reduce([x * h for x, h in zip(v, hv)], layout, lambda x: x.sum(dim=1))
+            v = unit(hv)
+    finally:
+        for p, s0 in zip(position, start):
+            p.copy_(s0)
+    return (lam.abs(), v) if return_vector else lam.abs()
+
+
+@torch.no_grad()
+def noise_fraction(potential, batch, inverse_mass: Sequence[Tensor] | None, layout: ChainLayout) -> Tensor | None:
+    """The fraction of the gradient's second moment that is mini-batch noise, per member: the mean over
+    coordinates of ``m_i * Var_i``, with ``Var`` the gradient noise of ``batch`` estimated from its two halves
+    (``(g_a - g_b)^2 / 4``, one draw per coordinate: the mean over coordinates steadies it). None when the
+    potential cannot split its batch or the batch is the full data."""
+    halves = getattr(potential, "halves", None)
+    parts = halves(batch) if halves is not None else None
+    if parts is None:
+        return None
+    _, ga = potential.value_and_grad(parts[0])
+    ga = [g.detach().clone() for g in ga]
+    _, gb = potential.value_and_grad(parts[1])
+    var = [(a - b).float().square() / 4.0 for a, b in zip(ga, gb)]
+    if inverse_mass is not None:
+        var = [v * m.float() for v, m in zip(var, views(inverse_mass, var))]
+    return _per_member_reduce(var, layout, lambda x: torch.nan_to_num(x, nan=0.0).mean(dim=1))
+
+
+@torch.no_grad()
+def diagonal_curvature(potential, batch, position: Sequence[Tensor], layout: ChainLayout, rng,
+                       n_probes: int = 8) -> list[Tensor]:
+    """Hutchinson's estimate of each member's Hessian diagonal, ``mean_k v_k * (H v_k)`` with Rademacher
+    ``v_k`` (Bekas, Kokiopoulou and Saad 2007), the products by finite differences of gradients on ``batch``;
+    positions are restored afterwards. Unlike the gradient's square, it does not depend on how far the start
+    is from the mode: the warm-up's first mass."""
+    start = [p.detach().clone() for p in position]
+    _, g0 = potential.value_and_grad(batch)
+    g0 = [g.detach().clone() for g in g0]
+    rms = _per_member_reduce(start, layout, lambda x: x.float().square().mean(dim=1).sqrt())
+    delta = 1e-3 * (rms + 1e-3)
+    total = [torch.zeros_like(p, dtype=torch.float32) for p in position]
+    try:
+        for _ in range(n_probes):
+            signs = [torch.where(u < 0.5, -1.0, 1.0).to(p.dtype) for u, p in zip(_uniform_like(position, rng, layout),
+                                                                               position)]
+            for p, s0, v in zip(position, start, signs):
+                d = member_view(delta, p) if layout.n_members is not None else delta
+                p.copy_(s0 + d.to(p.dtype) * v)
+            _, g1 = potential.value_and_grad(batch)
+            for acc, a, b, v, p in zip(total, g1, g0, signs, position):
+                d = member_view(delta, p) if layout.n_members is not None else delta
+                acc.add_((v * (a - b) / d.to(a.dtype)).float())
+    finally:
+        for p, s0 in zip(position, start):
+            p.copy_(s0)
+    return [(acc / n_probes).abs() for acc in total]
+
+
+def _uniform_like(tensors: Sequence[Tensor], rng, layout: ChainLayout) -> list[Tensor]:
+    """Uniform numbers on [0, 1) shaped like ``tensors``, each chain's from its own stream."""
+    total = sum(t.numel() for t in tensors)
+    block = rng.uniform(total // layout.chains, tensors[0].dtype)
+    flat = block.reshape(-1) if layout.n_members is None else block.reshape(layout.n_members, -1)
+    return views(flat.contiguous(), tensors)
+
+
+def start(sampler, state, potential, batch) -> None:
+    """The warm-up's first step: mass from the Hessian's diagonal at the start, then the first step size."""
+    warm = state.warmup
+    if warm.adapt_mass:
+        diag = diagonal_curvature(potential, batch, state.position, state.layout, state.rng)
+        n = len(diag)
+        zeros = [torch.zeros_like(d) for d in diag]
+        # as a window of one: the "moments" whose estimate is M = diag (see mass_from_moments)
+        warm.moments, warm.count = zeros + [d * d for d in diag] + zeros + zeros, 1
+        state.precond.inverse_mass = mass_from_moments(warm.moments, warm.count, state.layout, warm.layerwise,
+                                                       state.position[0].dtype)
+        del n
+        warm.moments, warm.count = None, 0
+    _set_step_size(sampler, state, potential, batch)
+    warm.backup = [p.detach().clone() for p in state.position]  # the guard's first fallback: the start
+    warm.started = True
+
+
+def _in_second_half(warm: WarmUp, step: int) -> bool:
+    """Whether ``step`` lies in the second half of the current window (where its heat is measured)."""
+    end = next((e for e in warm.ends if e >= step), warm.n_steps)
+    return 2 * (step - warm.window_start) > end - warm.window_start
+
+
+#: the guard's fallback position is renewed only for members whose kinetic temperature averaged below this
+#: multiple of the target over the interval
+BACKUP_HEAT = 1.5
+
+
+def _per_member(flags: Tensor, S: int) -> Tensor:
+    """A per-member bool tensor ``(S,)`` from one with a value per member or a single value."""
+    flags = flags.reshape(-1)
+    return flags if flags.numel() == S else flags.any().expand(S)
+
+
+#: a window whose second half ran this much above the target kinetic temperature on average (besides the
+#: chance fluctuation of a mean of D squares) ran too hot: its step was too large for the region the chain
+#: moved into (the curvature was measured at the window's start)
+HOT = 0.1
+
+
+def _too_hot(warm: WarmUp, n_coordinates: int, shape) -> Tensor | None:
+    """Per member, whether the window's second half ran hot (None when nothing was measured)."""
+    if warm.window_heat is None or warm.window_heat_count == 0:
+        return None
+    mean = warm.window_heat / warm.window_heat_count
+    tolerance = HOT + 2.0 * math.sqrt(2.0 / max(n_coordinates, 1))
+    hot = mean > 1.0 + tolerance
+    sums, counts = warm.window_potential, warm.window_potential_count
+    if sums is not None and min(counts) > 0:
+        # a chain still descending to its typical set runs warm while the friction removes the potential energy
+        # it loses (by more than the potential's equilibrium spread, sqrt(D/2) at unit temperature): not hot
+        drop = sums[0] / counts[0] - sums[1] / counts[1]
+        hot = hot & ~(drop > math.sqrt(max(n_coordinates, 1) / 2.0) * warm.temperature)
+    return hot.reshape(shape) if len(shape) else hot.any().reshape(())
+
+
+#: mini-batches the step size is measured on at a window's end: the last ones the chain saw
+N_BATCHES = 4
+
+
+def _measure(warm: WarmUp, potential, batch, state, inverse_mass) -> tuple[Tensor, Tensor | None]:
+    """The largest preconditioned curvature and the noise fraction, per member, over the last ``N_BATCHES``
+    mini-batches: the largest curvature (a mini-batch's Hessian is what a step meets, and its largest
+    eigenvalue varies from batch to batch, by 50 % on a 64-row batch of a small network), the mean noise
+    fraction. The power iteration on each further batch starts from the previous one's vector."""
+    batches = [b for b in warm.recent if b is not batch][-(N_BATCHES - 1):] + [batch]
+    lams, rhos, v = [], [], None
+    for k, b in enumerate(reversed(batches)):
+        lam, v = curvature(potential, b, state.position, inverse_mass, state.layout, state.rng,
+                           n_iter=10 if k == 0 else 4, start_vector=v, return_vector=True)
+        lams.append(lam)
+        rho = noise_fraction(potential, b, inverse_mass, state.layout)
+        if rho is not None:
+            rhos.append(rho)
+    lam = torch.stack(lams).max(dim=0).values
+    return lam, (torch.stack(rhos).mean(dim=0) if rhos else None)
+
+
+def _set_step_size(sampler, state, potential, batch) -> None:
+    warm, pre = state.warmup, state.precond
+    if not warm.adapt_step:
+        pre.version += 1
+        sampler.preconditioner_changed(state)
+        return
+    lam, rho = _measure(warm, potential, batch, state, pre.inverse_mass)
+    warm.curvature, warm.noise_fraction = lam, rho
+    new = sampler.warmup_step_size(lam.to(pre.step_size.dtype),
+                                   None if rho is None else rho.to(pre.step_size.dtype))
+    new = torch.where(torch.isfinite(new) & (new > 0), new, pre.step_size)
+    hot = _too_hot(warm, _coordinates(state), new.shape)
+    if hot is not None and not sampler.tunes_step_on_acceptance:  # a window that ran hot: half its step at most
+        new = torch.where(hot, torch.minimum(new, pre.step_size / 2), new)
+        warm.n_hot += int(hot.sum())
+    if warm.history and not sampler.tunes_step_on_acceptance:
+        # a step may grow by at most 4x per window, and not at all after a window that needed restarts (its
+        # curvature estimate, a lower bound, was already too low there)
+        # (nor into the final window, which only tries the step it freezes at)
+        grows = state.step - warm.window_start >= MIN_WINDOW and state.step != warm.ends[-2:][0]
+        growth = torch.full_like(new, 4.0 if grows else 1.0)
+        if warm.restarted is not None:  # per member, so that a chain never depends on the others
+            growth = torch.where(warm.restarted.reshape(new.shape) if new.ndim else warm.restarted.any(),
+                                 torch.ones_like(new), growth)
+        new = torch.minimum(new, growth * pre.step_size)
+    pre.step_size = new
+    warm.history.append(new.detach().clone())
+    pre.version += 1
+    sampler.preconditioner_changed(state)
+
+
+#: a member whose kinetic temperature averages above this multiple of its target over a guard interval, or ends it
+#: above it (or whose potential or position is not finite), is put back and its step size halved. A chain far from
+#: its typical set heats while its excess potential energy turns kinetic and the friction removes it (a few times
+#: its target); an unstable step heats it exponentially, past this within a few steps
+GUARD_HEAT = 20.0
+
+
+@torch.no_grad()
+def guard(sampler, state, info, potential, batch) -> None:
+    """The warm-up's safety net: every ``guard_every`` steps, a member that went non-finite or hot (the step
+    size its curvature estimate gave was too large: a power iteration on a mini-batch finds a lower bound) is
+    put back where it was at the last check, with half its step size and fresh momenta."""
+    warm, layout = state.warmup, state.layout
+    u = info.potential.detach().reshape(-1).double()
+    bad = ~torch.isfinite(u)
+    target = sampler.target_temperature()
+    if info.kinetic_temperature is not None and target:
+        t = info.kinetic_temperature.detach().reshape(-1).double()
+        bad = bad | ~torch.isfinite(t)
+        warm.heat = torch.nan_to_num(t, nan=0.0, posinf=1e300) if warm.heat is None else \
+            warm.heat + torch.nan_to_num(t, nan=0.0, posinf=1e300)
+        warm.heat_count += 1
+    warm.bad = bad if warm.bad is None else warm.bad | bad
+    u = torch.nan_to_num(info.potential.detach().reshape(-1).double(), nan=0.0, posinf=1e300, neginf=-1e300)
+    half = int(_in_second_half(warm, state.step))
+    if warm.window_potential is None:
+        warm.window_potential, warm.window_potential_count = [torch.zeros_like(u), torch.zeros_like(u)], [0, 0]
+    warm.window_potential[half] = warm.window_potential[half] + u
+    warm.window_potential_count[half] += 1
+    if info.kinetic_temperature is not None and target and half:
+        t = torch.nan_to_num(info.kinetic_temperature.detach().reshape(-1).double(), nan=0.0, posinf=1e300) / target
+        warm.window_heat = t if warm.window_heat is None else warm.window_heat + t
+        warm.window_heat_count += 1
+    if state.step % warm.guard_every != 0 and state.step not in warm.ends:  # (checked before a window's update)
+        return
+    S = layout.n_members or 1
+    warm_ok = torch.ones(S, dtype=torch.bool, device=warm.bad.device)
+    if warm.heat is not None and target:  # hot on average over the interval, or at its last step
+        t = info.kinetic_temperature.detach().reshape(-1).double()
+        mean = warm.heat / warm.heat_count
+        warm.bad = warm.bad | (mean > GUARD_HEAT * target) | (t > GUARD_HEAT * target)
+        warm_ok = _per_member(mean <= BACKUP_HEAT * target, S)
+    member_bad = _per_member(warm.bad, S)
+    any_bad = warm.backup is not None and bool(member_bad.any())  # the one host synchronisation per interval
+    if any_bad:
+        warm.n_restarts += int(member_bad.sum())
+        warm.window_restarts += int(member_bad.sum())
+        warm.restarted = member_bad.clone() if warm.restarted is None else warm.restarted | member_bad
+        for p, b in zip(state.position, warm.backup):
+            p.copy_(torch.where(member_mask(member_bad, p, layout), b, p))
+        pre = state.precond
+        pre.step_size = torch.where(member_bad.reshape(pre.step_size.shape) if pre.step_size.ndim else
+                                    member_bad.any().reshape(()), pre.step_size / 2, pre.step_size)
+        pre.version += 1
+        sampler.restart_members(state, member_bad, potential, batch)
+    # fresh momenta for the restarted members; drawn at every check, so that no chain's stream depends on
+    # whether another chain was restarted
+    sampler.redraw_momenta(state, member_bad if any_bad else torch.zeros_like(member_bad))
+    # the new fallback: the members that ran cool over the interval (a chain on its way out may not be hot yet)
+    keep = member_bad | ~warm_ok
+    warm.backup = [torch.where(member_mask(keep, p, layout), b, p.detach()) for p, b in
+                   zip(state.position, warm.backup)]
+    warm.heat, warm.heat_count, warm.bad = None, 0, None
+
+
+def _coordinates(state) -> int:
+    """Coordinates per member (the ``D`` of its kinetic temperature)."""
+    return sum(p.numel() for p in state.position) // (state.layout.n_members or 1)
+
+
+def after_step(sampler, state, potential, batch) -> None:
+    """At a window's end: new mass (from the window's moments) and step size; at the warm-up's end, freeze."""
+    warm = state.warmup
+    step = state.step
+    if step not in warm.ends:
+        return
+    if warm.adapt_mass and warm.count >= MIN_WINDOW and step != warm.ends[-1]:
+        previous = state.precond.inverse_mass
+        new = mass_from_moments(warm.moments, warm.count, state.layout, warm.layerwise, state.position[0].dtype,
+                                previous)
+        if warm.restarted is not None and previous is not None:  # a window that needed a restart has moments
+            new = torch.where(member_mask(warm.restarted, new, state.layout), previous, new)  # from the way out
+        state.precond.inverse_mass = new
+    warm.moments, warm.count = None, 0
+    if step != warm.ends[-1]:
+        _set_step_size(sampler, state, potential, batch)
+        warm.window_restarts, warm.restarted = 0, None
+        warm.window_start, warm.window_heat, warm.window_heat_count = step, None, 0
+        warm.window_potential = warm.window_potential_count = None
+        return
+    final_hot = _too_hot(warm, _coordinates(state), state.precond.step_size.shape)
+    # frozen from here on. The last step size was set at the final window's start and tried there; a member the
+    # guard restarted in that window freezes at a quarter of the step that failed (half of the halved one). A
+    # warm-up shorter than MIN_SETTLED steps, or one with restarts in its final window, has not settled (the
+    # estimators warn)
+    settled = warm.n_steps >= MIN_SETTLED and warm.window_restarts == 0
+    if warm.adapt_step and not sampler.tunes_step_on_acceptance and (warm.window_restarts or (
+            final_hot is not None and bool(final_hot.any()))):
+        pre = state.precond
+        failed = torch.zeros_like(pre.step_size, dtype=torch.bool)
+        if warm.restarted is not None:
+            failed = failed | (warm.restarted.reshape(pre.step_size.shape) if pre.step_size.ndim
+                               else warm.restarted.any())
+        if final_hot is not None:  # the final window ran hot: its step, halved
+            failed = failed | final_hot
+            warm.n_hot += int(final_hot.sum())
+        pre.step_size = torch.where(failed, pre.step_size / 2, pre.step_size)
+        pre.version += 1
+        sampler.preconditioner_changed(state)
+    sampler.warmup_frozen(state)
+    reason = None if settled else (
+        f"it is too short for its windows to estimate the mass and step size (at least {MIN_SETTLED} steps)"
+        if warm.n_steps < MIN_SETTLED else
+        f"{warm.window_restarts} restart(s) of an overheating chain in its final window; those chains froze at a "
+        "quarter of the step size that failed")
+    state.warmup_report = {"step_sizes": [h.detach().cpu() for h in warm.history], "settled": settled,
+                           "reason": reason,
+                           "n_steps": warm.n_steps, "restarts": warm.n_restarts, "hot_windows": warm.n_hot,
+                           "curvature": None if warm.curvature is None else warm.curvature.detach().cpu(),
+                           "noise_fraction": None if warm.noise_fraction is None
+                           else warm.noise_fraction.detach().cpu()}
+    state.warmup = None
+
+
+def watch(potential, warm: WarmUp, step: int = 0) -> Any:
+    """The potential whose gradients feed the warm-up's moments."""
+    return _Watched(potential, warm, step) if warm.adapt_mass else potential
