@@ -16,6 +16,7 @@ plus a thin estimator class in :mod:`bayesnet.estimators`.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -243,8 +244,11 @@ class RNN(nn.Module):
     (LSTM with 128 units, ReLU, dense 64 with ReLU, output). The cells follow
     PyTorch's ``nn.LSTM``/``nn.GRU`` equations, parameter names, gate order
     and initialisation (uniform in ``+-1/sqrt(hidden_size)``), so weights
-    copy across; written out with matrix products so that ``S`` parameter
-    sets run as batched products (``nn.LSTM`` has no ``vmap`` rule).
+    copy across. ``forward_chains`` evaluates ``S`` parameter sets either by
+    PyTorch's fused recurrent kernel once per member (the op behind
+    ``nn.LSTM``/``nn.GRU``, called with the member's own weight tensors) or
+    by cells written out as batched matrix products; see
+    :meth:`forward_chains` for which runs when.
 
     Parameters
     ----------
@@ -264,6 +268,10 @@ class RNN(nn.Module):
     """
 
     _GATES = {"lstm": 4, "gru": 3}
+    KERNELS = ("auto", "fused", "batched")
+    # A GRU with several members runs the batched cells below this many activations per member and
+    # step (rows x hidden_size); index: autograd off, on. Measured by benchmarks/rnn_speed.py --grid.
+    _GRU_BATCHED_BELOW = (2048, 16384)
 
     def __init__(self, n_features: int, n_outputs: int, hidden_size: int = 128, num_layers: int = 1,
                  dense_layer_sizes=(64,), cell: str = "lstm", activation: str = "relu"):
@@ -286,15 +294,95 @@ class RNN(nn.Module):
     def forward(self, X: Tensor) -> Tensor:
         return self.forward_chains([p.unsqueeze(0) for p in self.parameters()], X)[0]
 
-    def forward_chains(self, parameters, X: Tensor) -> Tensor:
+    def kernel_for(self, n_members: int, n_rows: int, grad: bool | None = None) -> str:
+        """Which implementation ``forward_chains(kernel="auto")`` runs: ``"fused"`` or ``"batched"``.
+
+        Parameters
+        ----------
+        n_members : int
+            ``S``, the parameter sets evaluated together.
+        n_rows : int
+            Sequences ``n`` per member.
+        grad : bool, optional
+            Whether autograd records the pass (default: ``torch.is_grad_enabled()``).
+        """
+        grad = torch.is_grad_enabled() if grad is None else bool(grad)
+        if torch._C._functorch.maybe_current_level() is not None:
+            return "batched"  # inside a torch.func transform (vmap): the fused op has no batching rule
+        if n_members > 1 and self.cell == "gru" and n_rows * self.hidden_size < self._GRU_BATCHED_BELOW[grad]:
+            return "batched"
+        return "fused"
+
+    def forward_chains(self, parameters, X: Tensor, kernel: str = "auto") -> Tensor:
         """Outputs of ``S`` parameter sets at once, shape ``(S, n, n_outputs)``.
 
-        ``X`` is ``(n, T, n_features)`` (shared) or ``(S, n, T, n_features)``.
-        Each layer projects all time steps' inputs in one product, then runs
-        the recurrence with one batched product ``(S, n, H) x (S, H, G*H)``
-        per step.
+        Parameters
+        ----------
+        parameters : sequence of Tensor
+            The module's parameters in ``named_parameters`` order, each
+            ``(S, *shape)``. Gradients flow back to these tensors.
+        X : Tensor, shape (n, T, n_features) or (S, n, T, n_features)
+            Shared by the members, or one block per member.
+        kernel : {"auto", "fused", "batched"}, default="auto"
+            ``"fused"``: PyTorch's fused LSTM/GRU op (``torch._VF.lstm`` /
+            ``torch._VF.gru``, what ``nn.LSTM.forward`` calls) once per
+            member on that member's own weight tensors, all layers in one
+            call; on a CPU in float32 the LSTM runs oneDNN's kernels, forward
+            and backward. ``"batched"``: the cells written out for all
+            members together, each layer's input projection of every step in
+            one product, then one ``baddbmm`` ``(S, n, H) x (S, H, G*H)`` and
+            the gate arithmetic per step. ``"auto"`` picks by the rule
+            measured in ``benchmarks/rnn_speed.py`` (one thread, float32,
+            CPU): the fused kernel for one member, for every LSTM, and for
+            a GRU whose members each hold at least 16384 activations per step
+            (``n * hidden_size``; 2048 without autograd); the batched cells
+            for a GRU with several smaller members. At the default size
+            (hidden 128, 150 steps, 128 rows) a forward and backward costs per
+            member about 0.1 CPU-s fused for 1-16 members, against
+            0.17-0.35 CPU-s batched (LSTM) and 0.14-0.17 (GRU); a small GRU
+            with several members under autograd pays one fused call's
+            overhead per member, and runs 1.1-5x faster batched.
+            Inside a ``torch.func`` transform (``vmap`` over
+            ``functional_call`` of ``forward``) ``"auto"`` is always the
+            batched cells: the fused op has no ``vmap`` rule.
+            :meth:`kernel_for` tells which runs.
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``kernel``.
         """
+        if kernel not in self.KERNELS:
+            raise ValueError(f"kernel must be one of {self.KERNELS}, got {kernel!r}.")
         parameters = list(parameters)
+        n_cell = 4 * self.num_layers
+        S, n = parameters[0].shape[0], X.shape[-3]
+        if kernel == "auto":
+            kernel = self.kernel_for(S, n)
+        if kernel == "batched":
+            h = self._batched_cells(parameters[:n_cell], X)
+        elif S == 1:  # (n, H): the head's one-member path is a plain linear
+            h = self._fused_member([p[0] for p in parameters[:n_cell]], X if X.ndim == 3 else X[0])
+        else:
+            h = torch.stack([self._fused_member([p[s] for p in parameters[:n_cell]], X if X.ndim == 3 else X[s])
+                             for s in range(S)])
+        return self.head.forward_chains(parameters[n_cell:], self.activation(h))
+
+    def _fused_member(self, weights: list[Tensor], x: Tensor) -> Tensor:
+        """The last layer's final hidden state ``(n, H)`` of one member through the fused op."""
+        h0 = x.new_zeros(self.num_layers, x.shape[0], self.hidden_size)
+        args = (weights, True, self.num_layers, 0.0, torch.is_grad_enabled(), False, True)
+        with warnings.catch_warnings():
+            if x.is_cuda:  # cuDNN copies weights that are not one flat buffer, warning each time
+                warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
+            if self.cell == "lstm":
+                _, h, _ = torch._VF.lstm(x, (h0, h0), *args)
+            else:
+                _, h = torch._VF.gru(x, h0, *args)
+        return h[-1]
+
+    def _batched_cells(self, parameters: list[Tensor], X: Tensor) -> Tensor:
+        """The last layer's final hidden state ``(S, n, H)`` of all members through the written-out cells."""
         H = self.hidden_size
         h_seq = X
         for k in range(self.num_layers):
@@ -306,21 +394,23 @@ class RNN(nn.Module):
             else:
                 _, n, T, F_in = h_seq.shape
                 xp = torch.bmm(h_seq.reshape(S, n * T, F_in), w_ih.transpose(1, 2))
-            xp = (xp + b_ih.unsqueeze(1)).view(S, n, T, -1).permute(2, 0, 1, 3).contiguous()  # (T, S, n, G*H)
+            # one view per step through unbind: indexing xp[t] instead would make every step's backward
+            # scatter into a zero-filled (T, S, n, G*H) gradient (quadratic in T: 18x slower at T = 150)
+            steps = (xp + b_ih.unsqueeze(1)).view(S, n, T, -1).permute(2, 0, 1, 3).contiguous().unbind(0)
             w_hh_t = w_hh.transpose(1, 2)
             b_hh = b_hh.unsqueeze(1)
             h = xp.new_zeros(S, n, H)
             c = xp.new_zeros(S, n, H) if self.cell == "lstm" else None
             last = k == self.num_layers - 1
             outputs = []
-            for t in range(T):
+            for x_t in steps:
                 gh = torch.baddbmm(b_hh, h, w_hh_t)
                 if self.cell == "lstm":
-                    i, f, g, o = (xp[t] + gh).chunk(4, dim=-1)
+                    i, f, g, o = (x_t + gh).chunk(4, dim=-1)
                     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                     h = torch.sigmoid(o) * torch.tanh(c)
                 else:
-                    xr, xz, xn = xp[t].chunk(3, dim=-1)
+                    xr, xz, xn = x_t.chunk(3, dim=-1)
                     hr, hz, hn = gh.chunk(3, dim=-1)
                     r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
                     h = torch.lerp(torch.tanh(xn + r * hn), h, z)  # (1 - z) * n + z * h
@@ -328,7 +418,7 @@ class RNN(nn.Module):
                     outputs.append(h)
             if not last:
                 h_seq = torch.stack(outputs, dim=2)  # (S, n, T, H)
-        return self.head.forward_chains(parameters[4 * self.num_layers:], self.activation(h))
+        return h
 
     def activations_per_row(self, sample_shape=None) -> int:
         """Activations one input row holds at once: the gate projections of all ``T`` steps dominate

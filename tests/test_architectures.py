@@ -1,5 +1,6 @@
 """The CNN and RNN networks and estimators: batched evaluation, input layouts, every sampler, devices."""
 
+import copy
 import pickle
 
 import numpy as np
@@ -66,6 +67,78 @@ def test_recurrent_cells_are_pytorchs(cell, layers):
     with torch.no_grad():
         expected = ours.head(torch.relu(ref(X)[0][:, -1]))
         torch.testing.assert_close(ours(X), expected, atol=1e-6, rtol=1e-6)
+    # forward (one member, the fused kernel) gives the module's own parameters nn.LSTM's gradients
+    head = copy.deepcopy(ours.head)
+    ours_grads = torch.autograd.grad(ours(X).sum(), list(ours.parameters()))
+    ref_grads = torch.autograd.grad(head(torch.relu(ref(X)[0][:, -1])).sum(), [*ref.parameters(), *head.parameters()])
+    for a, b in zip(ours_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def _reference_members(net, packed, X):
+    """Each member through its own nn.LSTM/nn.GRU and dense head: outputs (S, n, k) and gradients of their sum
+    shaped like ``packed``."""
+    names = [n for n, _ in net.named_parameters()]
+    outputs, grads = [], []
+    for s in range(packed[0].shape[0]):
+        state = {n: p[s] for n, p in zip(names, packed)}
+        rnn = (nn.LSTM if net.cell == "lstm" else nn.GRU)(X.shape[-1], net.hidden_size, num_layers=net.num_layers,
+                                                         batch_first=True)
+        rnn.load_state_dict({k: v for k, v in state.items() if not k.startswith("head.")})
+        head = copy.deepcopy(net.head)
+        head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
+        params = {**dict(rnn.named_parameters()), **{f"head.{k}": v for k, v in head.named_parameters()}}
+        out = head(torch.relu(rnn(X if X.ndim == 3 else X[s])[0][:, -1]))
+        outputs.append(out.detach())
+        grads.append(torch.autograd.grad(out.sum(), [params[n] for n in names]))
+    return torch.stack(outputs), [torch.stack(g) for g in zip(*grads)]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-input", "per-member-input"])
+@pytest.mark.parametrize("S", [1, 3])
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_fused_and_batched_kernels_equal_pytorchs_modules(cell, layers, S, shared):
+    """Both kernels give each member nn.LSTM/nn.GRU's outputs, and the packed (S, ...) leaves each member's own
+    gradient (the fused kernel reaches them through the slices p[s])."""
+    torch.manual_seed(0)
+    net = RNN(3, 2, hidden_size=6, num_layers=layers, cell=cell, dense_layer_sizes=(5,))
+    packed = _members(net, S)
+    X = torch.randn(11, 7, 3) if shared else torch.randn(S, 11, 7, 3)
+    expected, expected_grads = _reference_members(net, packed, X)
+    results = {}
+    for kernel in ("fused", "batched"):
+        leaves = [p.clone().requires_grad_(True) for p in packed]
+        out = net.forward_chains(leaves, X, kernel=kernel)
+        grads = torch.autograd.grad(out.sum(), leaves)
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+        for g, e in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+        with torch.no_grad():  # prediction's path
+            torch.testing.assert_close(net.forward_chains(packed, X, kernel=kernel), expected, atol=1e-6, rtol=1e-5)
+        results[kernel] = out, grads
+    torch.testing.assert_close(results["fused"][0], results["batched"][0], atol=1e-6, rtol=1e-5)
+    for a, b in zip(results["fused"][1], results["batched"][1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_kernel_rule():
+    """forward_chains(kernel="auto") runs what kernel_for documents; an unknown kernel is refused."""
+    lstm, gru = RNN(1, 2, cell="lstm"), RNN(1, 2, hidden_size=8, cell="gru")
+    assert lstm.kernel_for(1, 4) == lstm.kernel_for(16, 4) == lstm.kernel_for(16, 10**4) == "fused"
+    assert gru.kernel_for(1, 4) == "fused"  # one member: always the fused kernel
+    below_grad, below_nograd = (limit // gru.hidden_size for limit in reversed(RNN._GRU_BATCHED_BELOW))
+    assert gru.kernel_for(4, below_grad - 1, grad=True) == "batched"
+    assert gru.kernel_for(4, below_grad, grad=True) == "fused"
+    assert gru.kernel_for(4, below_nograd - 1, grad=False) == "batched"
+    assert gru.kernel_for(4, below_nograd, grad=False) == "fused"
+    with torch.no_grad():
+        assert gru.kernel_for(4, below_nograd) == "fused"
+    inside_vmap = torch.func.vmap(lambda x: torch.tensor(lstm.kernel_for(1, 4) == "batched"))(torch.zeros(2))
+    assert inside_vmap.all()
+    params = [p.unsqueeze(0) for p in gru.parameters()]
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        gru.forward_chains(params, torch.randn(3, 5, 1), kernel="cudnn")
 
 
 def test_network_argument_errors():
