@@ -2,9 +2,11 @@
 
 Every module here has the usual ``forward(X)`` and a ``forward_chains(parameters,
 X)`` that evaluates ``S`` parameter sets (chains, tempering replicas, ensemble
-walkers while sampling; posterior draws while predicting) in one pass of
-batched kernels: batched matrix products for dense and recurrent layers,
-grouped convolutions for convolutional ones. ``parameters`` lists the module's
+walkers while sampling; posterior draws while predicting) together: batched
+matrix products for dense layers, grouped convolutions for convolutional
+ones, and for recurrent layers PyTorch's fused LSTM/GRU kernel once per member
+or cells written out as batched products, whichever measured faster (see
+:meth:`RNN.forward_chains`). ``parameters`` lists the module's
 trainable parameters in ``named_parameters`` order, each with a leading axis
 of ``S``. :func:`bayesnet.posterior.batched_outputs` calls it (and falls back
 to ``torch.func.vmap`` over ``functional_call`` for modules without one).
@@ -270,8 +272,10 @@ class RNN(nn.Module):
     _GATES = {"lstm": 4, "gru": 3}
     KERNELS = ("auto", "fused", "batched")
     # A GRU with several members runs the batched cells below this many activations per member and
-    # step (rows x hidden_size); index: autograd off, on. Measured by benchmarks/rnn_speed.py --grid.
-    _GRU_BATCHED_BELOW = (2048, 16384)
+    # step (rows x hidden_size); index: autograd off, on. The batched cells take members in groups of
+    # at most _GROUP_ACTIVATIONS activations per step. Measured by benchmarks/rnn_speed.py --grid.
+    _GRU_BATCHED_BELOW = (8192, 16384)
+    _GROUP_ACTIVATIONS = 2**17
 
     def __init__(self, n_features: int, n_outputs: int, hidden_size: int = 128, num_layers: int = 1,
                  dense_layer_sizes=(64,), cell: str = "lstm", activation: str = "relu"):
@@ -305,6 +309,14 @@ class RNN(nn.Module):
             Sequences ``n`` per member.
         grad : bool, optional
             Whether autograd records the pass (default: ``torch.is_grad_enabled()``).
+
+        Returns
+        -------
+        str
+            ``"batched"`` for a GRU with ``n_members > 1`` and
+            ``n_rows * hidden_size`` below 16384 (8192 without autograd), or
+            inside a ``torch.func`` transform; ``"fused"`` otherwise. The
+            thresholds are measured: see :meth:`forward_chains`.
         """
         grad = torch.is_grad_enabled() if grad is None else bool(grad)
         if torch._C._functorch.maybe_current_level() is not None:
@@ -326,26 +338,29 @@ class RNN(nn.Module):
         kernel : {"auto", "fused", "batched"}, default="auto"
             ``"fused"``: PyTorch's fused LSTM/GRU op (``torch._VF.lstm`` /
             ``torch._VF.gru``, what ``nn.LSTM.forward`` calls) once per
-            member on that member's own weight tensors, all layers in one
-            call; on a CPU in float32 the LSTM runs oneDNN's kernels, forward
-            and backward. ``"batched"``: the cells written out for all
-            members together, each layer's input projection of every step in
-            one product, then one ``baddbmm`` ``(S, n, H) x (S, H, G*H)`` and
-            the gate arithmetic per step. ``"auto"`` picks by the rule
-            measured in ``benchmarks/rnn_speed.py`` (one thread, float32,
-            CPU): the fused kernel for one member, for every LSTM, and for
-            a GRU whose members each hold at least 16384 activations per step
-            (``n * hidden_size``; 2048 without autograd); the batched cells
-            for a GRU with several smaller members. At the default size
-            (hidden 128, 150 steps, 128 rows) a forward and backward costs per
-            member about 0.1 CPU-s fused for 1-16 members, against
-            0.17-0.35 CPU-s batched (LSTM) and 0.14-0.17 (GRU); a small GRU
-            with several members under autograd pays one fused call's
-            overhead per member, and runs 1.1-5x faster batched.
-            Inside a ``torch.func`` transform (``vmap`` over
-            ``functional_call`` of ``forward``) ``"auto"`` is always the
-            batched cells: the fused op has no ``vmap`` rule.
-            :meth:`kernel_for` tells which runs.
+            member, all layers in one call, on that member's slices ``p[s]``
+            of ``parameters`` (autograd carries the gradients back to them).
+            On a CPU in float32 the LSTM runs oneDNN's kernels, forward and
+            backward; the GRU runs PyTorch's own step loop.
+            ``"batched"``: the cells written out for the members together,
+            each layer's input projection of all steps in one product, then
+            one ``baddbmm`` ``(S, n, H) x (S, H, G*H)`` and the gate
+            arithmetic per step; members go in groups of at most 2**17
+            activations per step (``group * n * hidden_size``).
+            ``"auto"`` (:meth:`kernel_for`) runs the batched cells for a GRU
+            with several members of fewer than 16384 activations per step
+            (``n * hidden_size``; 8192 without autograd), and inside a
+            ``torch.func`` transform (the fused op has no ``vmap`` rule); the
+            fused kernel otherwise: for one member, for every LSTM, and for
+            larger GRU members. Measured by ``benchmarks/rnn_speed.py``
+            (CPU, one thread, float32; ratios batched / fused): the LSTM
+            1.0-4.3 with autograd and 1.1-13 without, except with 16-64
+            members of hidden size 8 over 10 steps (0.65-0.71); the GRU
+            with autograd mostly 0.2-0.8 below the threshold (up to 1.15
+            near it), 0.93-1.3 at the default size (128 rows of hidden 128,
+            4-64 members). At the
+            default size the fused kernel costs per member what one
+            ``nn.LSTM``/``nn.GRU`` forward and backward costs.
 
         Raises
         ------
@@ -359,8 +374,11 @@ class RNN(nn.Module):
         S, n = parameters[0].shape[0], X.shape[-3]
         if kernel == "auto":
             kernel = self.kernel_for(S, n)
-        if kernel == "batched":
-            h = self._batched_cells(parameters[:n_cell], X)
+        if kernel == "batched":  # members in groups of at most _GROUP_ACTIVATIONS activations per step
+            group = max(1, self._GROUP_ACTIVATIONS // (n * self.hidden_size))
+            h = torch.cat([self._batched_cells([p[lo: lo + group] for p in parameters[:n_cell]],
+                                               X if X.ndim == 3 else X[lo: lo + group])
+                           for lo in range(0, S, group)])
         elif S == 1:  # (n, H): the head's one-member path is a plain linear
             h = self._fused_member([p[0] for p in parameters[:n_cell]], X if X.ndim == 3 else X[0])
         else:

@@ -122,6 +122,26 @@ def test_fused_and_batched_kernels_equal_pytorchs_modules(cell, layers, S, share
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-input", "per-member-input"])
+def test_batched_cells_in_member_groups(shared, monkeypatch):
+    """Many members run the batched cells in groups (here 2 + 2 + 1): the same outputs and gradients."""
+    torch.manual_seed(0)
+    net = RNN(3, 2, hidden_size=6, num_layers=2, cell="gru")
+    packed = _members(net, 5)
+    X = torch.randn(11, 7, 3) if shared else torch.randn(5, 11, 7, 3)
+    results = []
+    for group_activations in (RNN._GROUP_ACTIVATIONS, 2 * 11 * 6):
+        monkeypatch.setattr(RNN, "_GROUP_ACTIVATIONS", group_activations)
+        leaves = [p.clone().requires_grad_(True) for p in packed]
+        out = net.forward_chains(leaves, X, kernel="batched")
+        results.append((out, torch.autograd.grad(out.sum(), leaves)))
+    expected, expected_grads = _reference_members(net, packed, X)
+    for out, grads in results:
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+        for g, e in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
 def test_kernel_rule():
     """forward_chains(kernel="auto") runs what kernel_for documents; an unknown kernel is refused."""
     lstm, gru = RNN(1, 2, cell="lstm"), RNN(1, 2, hidden_size=8, cell="gru")
