@@ -271,10 +271,10 @@ class RNN(nn.Module):
 
     _GATES = {"lstm": 4, "gru": 3}
     KERNELS = ("auto", "fused", "batched")
-    # A GRU with several members runs the batched cells below this many activations per member and
-    # step (rows x hidden_size); index: autograd off, on. The batched cells take members in groups of
-    # at most _GROUP_ACTIVATIONS activations per step. Measured by benchmarks/rnn_speed.py --grid.
-    _GRU_BATCHED_BELOW = (8192, 16384)
+    # Without autograd, a GRU with several members runs the batched cells below this many activations
+    # per member and step (rows x hidden_size). The batched cells take members in groups of at most
+    # _GROUP_ACTIVATIONS activations per step. Measured by benchmarks/rnn_speed.py --grid.
+    _GRU_BATCHED_BELOW = 8192
     _GROUP_ACTIVATIONS = 2**17
 
     def __init__(self, n_features: int, n_outputs: int, hidden_size: int = 128, num_layers: int = 1,
@@ -313,15 +313,16 @@ class RNN(nn.Module):
         Returns
         -------
         str
-            ``"batched"`` for a GRU with ``n_members > 1`` and
-            ``n_rows * hidden_size`` below 16384 (8192 without autograd), or
-            inside a ``torch.func`` transform; ``"fused"`` otherwise. The
-            thresholds are measured: see :meth:`forward_chains`.
+            ``"batched"`` inside a ``torch.func`` transform, and without
+            autograd for a GRU with ``n_members > 1`` and
+            ``n_rows * hidden_size`` below 8192; ``"fused"`` otherwise, and
+            always under autograd. The rule is measured: see
+            :meth:`forward_chains`.
         """
         grad = torch.is_grad_enabled() if grad is None else bool(grad)
         if torch._C._functorch.maybe_current_level() is not None:
             return "batched"  # inside a torch.func transform (vmap): the fused op has no batching rule
-        if n_members > 1 and self.cell == "gru" and n_rows * self.hidden_size < self._GRU_BATCHED_BELOW[grad]:
+        if not grad and n_members > 1 and self.cell == "gru" and n_rows * self.hidden_size < self._GRU_BATCHED_BELOW:
             return "batched"
         return "fused"
 
@@ -347,19 +348,23 @@ class RNN(nn.Module):
             one ``baddbmm`` ``(S, n, H) x (S, H, G*H)`` and the gate
             arithmetic per step; members go in groups of at most 2**17
             activations per step (``group * n * hidden_size``).
-            ``"auto"`` (:meth:`kernel_for`) runs the batched cells for a GRU
-            with several members of fewer than 16384 activations per step
-            (``n * hidden_size``; 8192 without autograd), and inside a
-            ``torch.func`` transform (the fused op has no ``vmap`` rule); the
-            fused kernel otherwise: for one member, for every LSTM, and for
-            larger GRU members. Measured by ``benchmarks/rnn_speed.py``
-            (CPU, one thread, float32; ratios batched / fused): the LSTM
-            1.0-4.3 with autograd and 1.1-13 without, except with 16-64
-            members of hidden size 8 over 10 steps (0.65-0.71); the GRU
-            with autograd mostly 0.2-0.8 below the threshold (up to 1.15
-            near it), 0.93-1.3 at the default size (128 rows of hidden 128,
-            4-64 members). At the
-            default size the fused kernel costs per member what one
+            ``"auto"`` (:meth:`kernel_for`) runs the fused kernel under
+            autograd (sampling), for any ``S``: every member's recurrent
+            layers are then computed alone, bit for bit as with ``S = 1``,
+            so a chain does not depend on the chains run beside it. Without
+            autograd (prediction) it runs the batched cells for a GRU with
+            several members of fewer than 8192 activations per step
+            (``n * hidden_size``), the fused kernel otherwise. Inside a ``torch.func`` transform it runs the
+            batched cells (the fused op has no ``vmap`` rule). Measured by
+            ``benchmarks/rnn_speed.py`` (CPU, one thread, float32; ratios
+            batched / fused): the LSTM 1.0-4.3 with autograd and 1.1-13
+            without, except with 16-64 members of hidden size 8 over 10
+            steps (0.65-0.71); the GRU without autograd 0.3-0.9 below the
+            threshold and 0.94-1.1 above it. With autograd the GRU's batched
+            cells were faster for several small members (0.2-0.8 below
+            16384 activations per step), a speed the fused rule gives up for
+            chains independent of ``S``. At the default size (128 rows of
+            hidden 128, 150 steps) the fused kernel costs per member what one
             ``nn.LSTM``/``nn.GRU`` forward and backward costs.
 
         Raises
@@ -376,15 +381,14 @@ class RNN(nn.Module):
             kernel = self.kernel_for(S, n)
         if kernel == "batched":  # members in groups of at most _GROUP_ACTIVATIONS activations per step
             group = max(1, self._GROUP_ACTIVATIONS // (n * self.hidden_size))
-            h = torch.cat([self._batched_cells([p[lo: lo + group] for p in parameters[:n_cell]],
-                                               X if X.ndim == 3 else X[lo: lo + group])
-                           for lo in range(0, S, group)])
-        elif S == 1:  # (n, H): the head's one-member path is a plain linear
-            h = self._fused_member([p[0] for p in parameters[:n_cell]], X if X.ndim == 3 else X[0])
-        else:
-            h = torch.stack([self._fused_member([p[s] for p in parameters[:n_cell]], X if X.ndim == 3 else X[s])
+            h = self.activation(torch.cat([self._batched_cells([p[lo: lo + group] for p in parameters[:n_cell]],
+                                                               X if X.ndim == 3 else X[lo: lo + group])
+                                           for lo in range(0, S, group)]))
+        else:  # the activation too per member: elementwise kernels round a tensor's tail differently
+            h = torch.stack([self.activation(self._fused_member([p[s] for p in parameters[:n_cell]],
+                                                                X if X.ndim == 3 else X[s]))
                              for s in range(S)])
-        return self.head.forward_chains(parameters[n_cell:], self.activation(h))
+        return self.head.forward_chains(parameters[n_cell:], h)
 
     def _fused_member(self, weights: list[Tensor], x: Tensor) -> Tensor:
         """The last layer's final hidden state ``(n, H)`` of one member through the fused op."""

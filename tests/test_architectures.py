@@ -142,18 +142,40 @@ def test_batched_cells_in_member_groups(shared, monkeypatch):
             torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-input", "per-member-input"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_member_does_not_depend_on_the_members_beside_it(cell, shared):
+    """Under autograd (sampling) member 0 of 1, 3 or 5 gets bit for bit the same outputs and gradients: chain k
+    of an estimator with several chains is the chain it would be alone (odd sizes, where elementwise kernels
+    round a tensor's tail differently, and sigmoid, whose vectorised and scalar forms differ; no hidden dense
+    layer, whose activation runs on all members at once)."""
+    torch.manual_seed(0)
+    net = RNN(3, 2, hidden_size=6, num_layers=2, cell=cell, activation="sigmoid", dense_layer_sizes=())
+    packed = _members(net, 5)
+    X = torch.randn(11, 7, 3) if shared else torch.randn(5, 11, 7, 3)
+    first = []
+    for S in (1, 3, 5):
+        leaves = [p[:S].clone().requires_grad_(True) for p in packed]
+        out = net.forward_chains(leaves, X if shared else X[:S])
+        first.append((out[0, :, :], [g[0] for g in torch.autograd.grad(out.sum(), leaves)]))
+    for out, grads in first[1:]:
+        assert torch.equal(out, first[0][0])
+        assert all(torch.equal(g, g0) for g, g0 in zip(grads, first[0][1]))
+
+
 def test_kernel_rule():
     """forward_chains(kernel="auto") runs what kernel_for documents; an unknown kernel is refused."""
     lstm, gru = RNN(1, 2, cell="lstm"), RNN(1, 2, hidden_size=8, cell="gru")
-    assert lstm.kernel_for(1, 4) == lstm.kernel_for(16, 4) == lstm.kernel_for(16, 10**4) == "fused"
-    assert gru.kernel_for(1, 4) == "fused"  # one member: always the fused kernel
-    below_grad, below_nograd = (limit // gru.hidden_size for limit in reversed(RNN._GRU_BATCHED_BELOW))
-    assert gru.kernel_for(4, below_grad - 1, grad=True) == "batched"
-    assert gru.kernel_for(4, below_grad, grad=True) == "fused"
-    assert gru.kernel_for(4, below_nograd - 1, grad=False) == "batched"
-    assert gru.kernel_for(4, below_nograd, grad=False) == "fused"
+    for grad in (True, False):
+        assert lstm.kernel_for(1, 4, grad) == lstm.kernel_for(16, 4, grad) == lstm.kernel_for(16, 10**4, grad) \
+            == gru.kernel_for(1, 4, grad) == "fused"
+    below = RNN._GRU_BATCHED_BELOW // gru.hidden_size
+    assert gru.kernel_for(4, 1, grad=True) == "fused"  # sampling: always fused
+    assert gru.kernel_for(4, below - 1, grad=False) == "batched"
+    assert gru.kernel_for(4, below, grad=False) == "fused"
     with torch.no_grad():
-        assert gru.kernel_for(4, below_nograd) == "fused"
+        assert gru.kernel_for(4, below - 1) == "batched"
+    assert gru.kernel_for(4, below - 1) == "fused"
     inside_vmap = torch.func.vmap(lambda x: torch.tensor(lstm.kernel_for(1, 4) == "batched"))(torch.zeros(2))
     assert inside_vmap.all()
     params = [p.unsqueeze(0) for p in gru.parameters()]
