@@ -2,9 +2,11 @@
 
 Every module here has the usual ``forward(X)`` and a ``forward_chains(parameters,
 X)`` that evaluates ``S`` parameter sets (chains, tempering replicas, ensemble
-walkers while sampling; posterior draws while predicting) in one pass of
-batched kernels: batched matrix products for dense and recurrent layers,
-grouped convolutions for convolutional ones. ``parameters`` lists the module's
+walkers while sampling; posterior draws while predicting) together: batched
+matrix products for dense layers, grouped convolutions for convolutional
+ones, and for recurrent layers PyTorch's fused LSTM/GRU kernel once per member
+or cells written out as batched products, whichever measured faster (see
+:meth:`RNN.forward_chains`). ``parameters`` lists the module's
 trainable parameters in ``named_parameters`` order, each with a leading axis
 of ``S``. :func:`bayesnet.posterior.batched_outputs` calls it (and falls back
 to ``torch.func.vmap`` over ``functional_call`` for modules without one).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -259,8 +262,11 @@ class RNN(nn.Module):
     (LSTM with 128 units, ReLU, dense 64 with ReLU, output). The cells follow
     PyTorch's ``nn.LSTM``/``nn.GRU`` equations, parameter names, gate order
     and initialisation (uniform in ``+-1/sqrt(hidden_size)``), so weights
-    copy across; written out with matrix products so that ``S`` parameter
-    sets run as batched products (``nn.LSTM`` has no ``vmap`` rule).
+    copy across. ``forward_chains`` evaluates ``S`` parameter sets either by
+    PyTorch's fused recurrent kernel once per member (the op behind
+    ``nn.LSTM``/``nn.GRU``, called with the member's own weight tensors) or
+    by cells written out as batched matrix products; see
+    :meth:`forward_chains` for which runs when.
 
     Parameters
     ----------
@@ -280,6 +286,12 @@ class RNN(nn.Module):
     """
 
     _GATES = {"lstm": 4, "gru": 3}
+    KERNELS = ("auto", "fused", "batched")
+    # Without autograd, a GRU with several members runs the batched cells below this many activations
+    # per member and step (rows x hidden_size). The batched cells take members in groups of at most
+    # _GROUP_ACTIVATIONS activations per step. Measured by benchmarks/rnn_speed.py --grid.
+    _GRU_BATCHED_BELOW = 8192
+    _GROUP_ACTIVATIONS = 2**17
 
     def __init__(self, n_features: int, n_outputs: int, hidden_size: int = 128, num_layers: int = 1,
                  dense_layer_sizes=(64,), cell: str = "lstm", activation: str = "relu"):
@@ -302,15 +314,113 @@ class RNN(nn.Module):
     def forward(self, X: Tensor) -> Tensor:
         return self.forward_chains([p.unsqueeze(0) for p in self.parameters()], X)[0]
 
-    def forward_chains(self, parameters, X: Tensor) -> Tensor:
+    def kernel_for(self, n_members: int, n_rows: int, grad: bool | None = None) -> str:
+        """Which implementation ``forward_chains(kernel="auto")`` runs: ``"fused"`` or ``"batched"``.
+
+        Parameters
+        ----------
+        n_members : int
+            ``S``, the parameter sets evaluated together.
+        n_rows : int
+            Sequences ``n`` per member.
+        grad : bool, optional
+            Whether autograd records the pass (default: ``torch.is_grad_enabled()``).
+
+        Returns
+        -------
+        str
+            ``"batched"`` inside a ``torch.func`` transform, and without
+            autograd for a GRU with ``n_members > 1`` and
+            ``n_rows * hidden_size`` below 8192; ``"fused"`` otherwise, and
+            always under autograd. The rule is measured: see
+            :meth:`forward_chains`.
+        """
+        grad = torch.is_grad_enabled() if grad is None else bool(grad)
+        if torch._C._functorch.maybe_current_level() is not None:
+            return "batched"  # inside a torch.func transform (vmap): the fused op has no batching rule
+        if not grad and n_members > 1 and self.cell == "gru" and n_rows * self.hidden_size < self._GRU_BATCHED_BELOW:
+            return "batched"
+        return "fused"
+
+    def forward_chains(self, parameters, X: Tensor, kernel: str = "auto") -> Tensor:
         """Outputs of ``S`` parameter sets at once, shape ``(S, n, n_outputs)``.
 
-        ``X`` is ``(n, T, n_features)`` (shared) or ``(S, n, T, n_features)``.
-        Each layer projects all time steps' inputs in one product, then runs
-        the recurrence with one batched product ``(S, n, H) x (S, H, G*H)``
-        per step.
+        Parameters
+        ----------
+        parameters : sequence of Tensor
+            The module's parameters in ``named_parameters`` order, each
+            ``(S, *shape)``. Gradients flow back to these tensors.
+        X : Tensor, shape (n, T, n_features) or (S, n, T, n_features)
+            Shared by the members, or one block per member.
+        kernel : {"auto", "fused", "batched"}, default="auto"
+            ``"fused"``: PyTorch's fused LSTM/GRU op (``torch._VF.lstm`` /
+            ``torch._VF.gru``, what ``nn.LSTM.forward`` calls) once per
+            member, all layers in one call, on that member's slices ``p[s]``
+            of ``parameters`` (autograd carries the gradients back to them).
+            On a CPU in float32 the LSTM runs oneDNN's kernels, forward and
+            backward; the GRU runs PyTorch's own step loop.
+            ``"batched"``: the cells written out for the members together,
+            each layer's input projection of all steps in one product, then
+            one ``baddbmm`` ``(S, n, H) x (S, H, G*H)`` and the gate
+            arithmetic per step; members go in groups of at most 2**17
+            activations per step (``group * n * hidden_size``).
+            ``"auto"`` (:meth:`kernel_for`) runs the fused kernel under
+            autograd (sampling), for any ``S``: every member's recurrent
+            layers are then computed alone, bit for bit as with ``S = 1``,
+            so a chain does not depend on the chains run beside it. Without
+            autograd (prediction) it runs the batched cells for a GRU with
+            several members of fewer than 8192 activations per step
+            (``n * hidden_size``), the fused kernel otherwise. Inside a ``torch.func`` transform it runs the
+            batched cells (the fused op has no ``vmap`` rule). Measured by
+            ``benchmarks/rnn_speed.py`` (CPU, one thread, float32; ratios
+            batched / fused): the LSTM 1.0-4.3 with autograd and 1.1-13
+            without, except with 16-64 members of hidden size 8 over 10
+            steps (0.65-0.71); the GRU without autograd 0.3-0.9 below the
+            threshold and 0.94-1.1 above it. With autograd the GRU's batched
+            cells were faster for several small members (0.2-0.8 below
+            16384 activations per step), a speed the fused rule gives up for
+            chains independent of ``S``. At the default size (128 rows of
+            hidden 128, 150 steps) the fused kernel costs per member what one
+            ``nn.LSTM``/``nn.GRU`` forward and backward costs.
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``kernel``.
         """
+        if kernel not in self.KERNELS:
+            raise ValueError(f"kernel must be one of {self.KERNELS}, got {kernel!r}.")
         parameters = list(parameters)
+        n_cell = 4 * self.num_layers
+        S, n = parameters[0].shape[0], X.shape[-3]
+        if kernel == "auto":
+            kernel = self.kernel_for(S, n)
+        if kernel == "batched":  # members in groups of at most _GROUP_ACTIVATIONS activations per step
+            group = max(1, self._GROUP_ACTIVATIONS // (n * self.hidden_size))
+            h = self.activation(torch.cat([self._batched_cells([p[lo: lo + group] for p in parameters[:n_cell]],
+                                                               X if X.ndim == 3 else X[lo: lo + group])
+                                           for lo in range(0, S, group)]))
+        else:  # the activation too per member: elementwise kernels round a tensor's tail differently
+            h = torch.stack([self.activation(self._fused_member([p[s] for p in parameters[:n_cell]],
+                                                                X if X.ndim == 3 else X[s]))
+                             for s in range(S)])
+        return self.head.forward_chains(parameters[n_cell:], h)
+
+    def _fused_member(self, weights: list[Tensor], x: Tensor) -> Tensor:
+        """The last layer's final hidden state ``(n, H)`` of one member through the fused op."""
+        h0 = x.new_zeros(self.num_layers, x.shape[0], self.hidden_size)
+        args = (weights, True, self.num_layers, 0.0, torch.is_grad_enabled(), False, True)
+        with warnings.catch_warnings():
+            if x.is_cuda:  # cuDNN copies weights that are not one flat buffer, warning each time
+                warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
+            if self.cell == "lstm":
+                _, h, _ = torch._VF.lstm(x, (h0, h0), *args)
+            else:
+                _, h = torch._VF.gru(x, h0, *args)
+        return h[-1]
+
+    def _batched_cells(self, parameters: list[Tensor], X: Tensor) -> Tensor:
+        """The last layer's final hidden state ``(S, n, H)`` of all members through the written-out cells."""
         H = self.hidden_size
         h_seq = X
         for k in range(self.num_layers):
@@ -322,21 +432,23 @@ class RNN(nn.Module):
             else:
                 _, n, T, F_in = h_seq.shape
                 xp = torch.bmm(h_seq.reshape(S, n * T, F_in), w_ih.transpose(1, 2))
-            xp = (xp + b_ih.unsqueeze(1)).view(S, n, T, -1).permute(2, 0, 1, 3).contiguous()  # (T, S, n, G*H)
+            # one view per step through unbind: indexing xp[t] instead would make every step's backward
+            # scatter into a zero-filled (T, S, n, G*H) gradient (quadratic in T: 18x slower at T = 150)
+            steps = (xp + b_ih.unsqueeze(1)).view(S, n, T, -1).permute(2, 0, 1, 3).contiguous().unbind(0)
             w_hh_t = w_hh.transpose(1, 2)
             b_hh = b_hh.unsqueeze(1)
             h = xp.new_zeros(S, n, H)
             c = xp.new_zeros(S, n, H) if self.cell == "lstm" else None
             last = k == self.num_layers - 1
             outputs = []
-            for t in range(T):
+            for x_t in steps:
                 gh = torch.baddbmm(b_hh, h, w_hh_t)
                 if self.cell == "lstm":
-                    i, f, g, o = (xp[t] + gh).chunk(4, dim=-1)
+                    i, f, g, o = (x_t + gh).chunk(4, dim=-1)
                     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                     h = torch.sigmoid(o) * torch.tanh(c)
                 else:
-                    xr, xz, xn = xp[t].chunk(3, dim=-1)
+                    xr, xz, xn = x_t.chunk(3, dim=-1)
                     hr, hz, hn = gh.chunk(3, dim=-1)
                     r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
                     h = torch.lerp(torch.tanh(xn + r * hn), h, z)  # (1 - z) * n + z * h
@@ -344,7 +456,7 @@ class RNN(nn.Module):
                     outputs.append(h)
             if not last:
                 h_seq = torch.stack(outputs, dim=2)  # (S, n, T, H)
-        return self.head.forward_chains(parameters[4 * self.num_layers:], self.activation(h))
+        return h
 
     def activations_per_row(self, sample_shape=None) -> int:
         """Activations one input row holds at once: the gate projections of all ``T`` steps dominate

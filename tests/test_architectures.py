@@ -1,5 +1,6 @@
 """The CNN and RNN networks and estimators: batched evaluation, input layouts, every sampler, devices."""
 
+import copy
 import pickle
 
 import numpy as np
@@ -68,6 +69,120 @@ def test_recurrent_cells_are_pytorchs(cell, layers):
     with torch.no_grad():
         expected = ours.head(torch.relu(ref(X)[0][:, -1]))
         torch.testing.assert_close(ours(X), expected, atol=1e-6, rtol=1e-6)
+    # forward (one member, the fused kernel) gives the module's own parameters nn.LSTM's gradients
+    head = copy.deepcopy(ours.head)
+    ours_grads = torch.autograd.grad(ours(X).sum(), list(ours.parameters()))
+    ref_grads = torch.autograd.grad(head(torch.relu(ref(X)[0][:, -1])).sum(), [*ref.parameters(), *head.parameters()])
+    for a, b in zip(ours_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def _reference_members(net, packed, X):
+    """Each member through its own nn.LSTM/nn.GRU and dense head: outputs (S, n, k) and gradients of their sum
+    shaped like ``packed``."""
+    names = [n for n, _ in net.named_parameters()]
+    outputs, grads = [], []
+    for s in range(packed[0].shape[0]):
+        state = {n: p[s] for n, p in zip(names, packed)}
+        rnn = (nn.LSTM if net.cell == "lstm" else nn.GRU)(X.shape[-1], net.hidden_size, num_layers=net.num_layers,
+                                                         batch_first=True)
+        rnn.load_state_dict({k: v for k, v in state.items() if not k.startswith("head.")})
+        head = copy.deepcopy(net.head)
+        head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
+        params = {**dict(rnn.named_parameters()), **{f"head.{k}": v for k, v in head.named_parameters()}}
+        out = head(torch.relu(rnn(X if X.ndim == 3 else X[s])[0][:, -1]))
+        outputs.append(out.detach())
+        grads.append(torch.autograd.grad(out.sum(), [params[n] for n in names]))
+    return torch.stack(outputs), [torch.stack(g) for g in zip(*grads)]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-input", "per-member-input"])
+@pytest.mark.parametrize("S", [1, 3])
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_fused_and_batched_kernels_equal_pytorchs_modules(cell, layers, S, shared):
+    """Both kernels give each member nn.LSTM/nn.GRU's outputs, and the packed (S, ...) leaves each member's own
+    gradient (the fused kernel reaches them through the slices p[s])."""
+    torch.manual_seed(0)
+    net = RNN(3, 2, hidden_size=6, num_layers=layers, cell=cell, dense_layer_sizes=(5,))
+    packed = _members(net, S)
+    X = torch.randn(11, 7, 3) if shared else torch.randn(S, 11, 7, 3)
+    expected, expected_grads = _reference_members(net, packed, X)
+    results = {}
+    for kernel in ("fused", "batched"):
+        leaves = [p.clone().requires_grad_(True) for p in packed]
+        out = net.forward_chains(leaves, X, kernel=kernel)
+        grads = torch.autograd.grad(out.sum(), leaves)
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+        for g, e in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+        with torch.no_grad():  # prediction's path
+            torch.testing.assert_close(net.forward_chains(packed, X, kernel=kernel), expected, atol=1e-6, rtol=1e-5)
+        results[kernel] = out, grads
+    torch.testing.assert_close(results["fused"][0], results["batched"][0], atol=1e-6, rtol=1e-5)
+    for a, b in zip(results["fused"][1], results["batched"][1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-input", "per-member-input"])
+def test_batched_cells_in_member_groups(shared, monkeypatch):
+    """Many members run the batched cells in groups (here 2 + 2 + 1): the same outputs and gradients."""
+    torch.manual_seed(0)
+    net = RNN(3, 2, hidden_size=6, num_layers=2, cell="gru")
+    packed = _members(net, 5)
+    X = torch.randn(11, 7, 3) if shared else torch.randn(5, 11, 7, 3)
+    results = []
+    for group_activations in (RNN._GROUP_ACTIVATIONS, 2 * 11 * 6):
+        monkeypatch.setattr(RNN, "_GROUP_ACTIVATIONS", group_activations)
+        leaves = [p.clone().requires_grad_(True) for p in packed]
+        out = net.forward_chains(leaves, X, kernel="batched")
+        results.append((out, torch.autograd.grad(out.sum(), leaves)))
+    expected, expected_grads = _reference_members(net, packed, X)
+    for out, grads in results:
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+        for g, e in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-input", "per-member-input"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_member_does_not_depend_on_the_members_beside_it(cell, shared):
+    """Under autograd (sampling) member 0 of 1, 3 or 5 gets bit for bit the same outputs and gradients: chain k
+    of an estimator with several chains is the chain it would be alone (odd sizes, where elementwise kernels
+    round a tensor's tail differently, and sigmoid, whose vectorised and scalar forms differ; no hidden dense
+    layer, whose activation runs on all members at once)."""
+    torch.manual_seed(0)
+    net = RNN(3, 2, hidden_size=6, num_layers=2, cell=cell, activation="sigmoid", dense_layer_sizes=())
+    packed = _members(net, 5)
+    X = torch.randn(11, 7, 3) if shared else torch.randn(5, 11, 7, 3)
+    first = []
+    for S in (1, 3, 5):
+        leaves = [p[:S].clone().requires_grad_(True) for p in packed]
+        out = net.forward_chains(leaves, X if shared else X[:S])
+        first.append((out[0, :, :], [g[0] for g in torch.autograd.grad(out.sum(), leaves)]))
+    for out, grads in first[1:]:
+        assert torch.equal(out, first[0][0])
+        assert all(torch.equal(g, g0) for g, g0 in zip(grads, first[0][1]))
+
+
+def test_kernel_rule():
+    """forward_chains(kernel="auto") runs what kernel_for documents; an unknown kernel is refused."""
+    lstm, gru = RNN(1, 2, cell="lstm"), RNN(1, 2, hidden_size=8, cell="gru")
+    for grad in (True, False):
+        assert lstm.kernel_for(1, 4, grad) == lstm.kernel_for(16, 4, grad) == lstm.kernel_for(16, 10**4, grad) \
+            == gru.kernel_for(1, 4, grad) == "fused"
+    below = RNN._GRU_BATCHED_BELOW // gru.hidden_size
+    assert gru.kernel_for(4, 1, grad=True) == "fused"  # sampling: always fused
+    assert gru.kernel_for(4, below - 1, grad=False) == "batched"
+    assert gru.kernel_for(4, below, grad=False) == "fused"
+    with torch.no_grad():
+        assert gru.kernel_for(4, below - 1) == "batched"
+    assert gru.kernel_for(4, below - 1) == "fused"
+    inside_vmap = torch.func.vmap(lambda x: torch.tensor(lstm.kernel_for(1, 4) == "batched"))(torch.zeros(2))
+    assert inside_vmap.all()
+    params = [p.unsqueeze(0) for p in gru.parameters()]
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        gru.forward_chains(params, torch.randn(3, 5, 1), kernel="cudnn")
 
 
 def test_network_argument_errors():
