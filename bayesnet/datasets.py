@@ -13,7 +13,7 @@ def load_sunspots(return_years: bool = False):
     """Yearly mean sunspot numbers, 1700-2008 (309 values).
 
     The series of the Langevin-gradient parallel tempering paper's Sunspot
-    benchmark (paper 003, Sec. 4), at yearly resolution. Source: NOAA National
+    benchmark (Chandra et al. 2019, Sec. 4), at yearly resolution. Source: NOAA National
     Geophysical Data Center, as distributed with statsmodels; public domain.
 
     Parameters
@@ -51,7 +51,7 @@ def _rk4(f, state: np.ndarray, dt: float, n_steps: int, every: int) -> np.ndarra
 def make_chaotic_series(name: str, n_points: int = 1000, discard: int = 500) -> np.ndarray:
     """A chaotic benchmark series generated from its published equations (deterministic, offline).
 
-    The four synthetic series of paper 003's Table 5 (Sec. 4.1), observed in
+    The four synthetic series of Chandra et al. 2019's Table 5 (Sec. 4.1), observed in
     their first coordinate:
 
     ``"henon"``
@@ -72,7 +72,7 @@ def make_chaotic_series(name: str, n_points: int = 1000, discard: int = 500) -> 
     ----------
     name : {"henon", "mackey_glass", "lorenz", "rossler"}
     n_points : int, default=1000
-        Length of the returned series (paper 003 uses the first 1000 points).
+        Length of the returned series (Chandra et al. 2019 uses the first 1000 points).
     discard : int, default=500
         Initial samples dropped so that the series starts on the attractor.
 

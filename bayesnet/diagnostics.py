@@ -3,7 +3,7 @@
 Conventions follow Vehtari, Gelman, Simpson, Carpenter and Buerkner (2021),
 "Rank-normalization, folding, and localization: an improved R-hat", with
 Geyer's initial monotone sequence to truncate the autocorrelation sum; the
-ESS formula is the one paper 000 Sec. 5.1 uses, ``n / (1 + 2 sum_k rho_k)``,
+ESS formula is the one Luo et al. 2018 Sec. 5.1 uses, ``n / (1 + 2 sum_k rho_k)``,
 extended to several chains.
 """
 
@@ -214,7 +214,7 @@ def chain_summaries(draws: np.ndarray, potentials: np.ndarray | None = None, n_p
     Scalar summaries are the potential (when given) and ``n_projections``
     fixed random unit directions of the parameters (a seeded Gaussian vector,
     the same for every fit of the same size; TATi projects on covariance
-    eigenvectors, paper 004 Sec. 5.3.3, which need many more draws than
+    eigenvectors, Heber et al. 2020 (TATi) Sec. 5.3.3, which need many more draws than
     parameters).
 
     Parameters

@@ -148,7 +148,7 @@ class CNN(nn.Module):
     """Convolutional network for 1-D signals ``(C, L)`` or images ``(C, H, W)``.
 
     ``conv -> activation -> max-pool`` for every entry of ``channels``, then
-    the flattened feature map through dense layers to the output: paper 000
+    the flattened feature map through dense layers to the output: Luo et al. 2018
     Sec. 5.2's CIFAR-10 network with the defaults (two 3x3 convolutions with
     16 channels, stride 1, ReLU and 2x2 pooling, dense 100, output).
     Convolutions keep the spatial size ("same" padding), so that small inputs
@@ -258,7 +258,7 @@ class RNN(nn.Module):
     """Recurrent network over sequences ``(n, T, n_features)``: LSTM or GRU layers, then dense layers.
 
     The last layer's final hidden state goes through the activation and the
-    dense layers to the output: paper 000 Sec. 5.2's RNN with the defaults
+    dense layers to the output: Luo et al. 2018 Sec. 5.2's RNN with the defaults
     (LSTM with 128 units, ReLU, dense 64 with ReLU, output). The cells follow
     PyTorch's ``nn.LSTM``/``nn.GRU`` equations, parameter names, gate order
     and initialisation (uniform in ``+-1/sqrt(hidden_size)``), so weights

@@ -1,4 +1,4 @@
-"""Synthetic multimodal targets of paper 000 Sec. 5.1 (TACT-HMC's Fig. 1 and Fig. 2).
+"""Synthetic multimodal targets of Luo et al. 2018 Sec. 5.1 (TACT-HMC's Fig. 1 and Fig. 2).
 
 Isotropic Gaussian mixtures whose potential is vectorised over a leading
 chain axis and returns one value per chain, as samplers with per-chain state
@@ -41,7 +41,7 @@ class Mixture:
 
 def gaussian_mixture(name: str, means, sds, weights, n_chains: int, start, gradient_noise: float = 0.0,
                      seed: int = 0) -> Mixture:
-    """An isotropic Gaussian mixture as a packed-chain potential (paper 000 Sec. 5.1's kind of target).
+    """An isotropic Gaussian mixture as a packed-chain potential (Luo et al. 2018 Sec. 5.1's kind of target).
 
     Parameters
     ----------

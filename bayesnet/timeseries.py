@@ -1,4 +1,4 @@
-"""Takens delay embedding for one-step-ahead forecasting (paper 003, Sec. 3.1)."""
+"""Takens delay embedding for one-step-ahead forecasting (Chandra et al. 2019, Sec. 3.1)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def make_forecasting_windows(series, n_lags: int, horizon: int = 1, stride: int 
     horizon : int, default=1
         Steps ahead of the last lag the target lies.
     stride : int, default=1
-        Spacing of consecutive windows; ``stride=2`` is paper 003's ``T=2``
+        Spacing of consecutive windows; ``stride=2`` is Chandra et al. 2019's ``T=2``
         (its set ``A_{D,T}`` of eq. 2 keeps every T-th time point).
 
     Returns
@@ -66,13 +66,13 @@ class TakensEmbedding(TransformerMixin, BaseEstimator):
     Maps the lag matrix of :func:`make_forecasting_windows` (column ``j`` =
     lag ``j + 1``) to the delay vector
     ``(y[t-delay], y[t-2*delay], ..., y[t-dimension*delay])``, the state-space
-    reconstruction of paper 003 Sec. 3.1 (Takens 1981) with embedding
+    reconstruction of Chandra et al. 2019 Sec. 3.1 (Takens 1981) with embedding
     dimension ``D = dimension`` and time lag ``delay``.
 
     Parameters
     ----------
     dimension : int, default=4
-        Embedding dimension ``D`` (paper 003 uses 4).
+        Embedding dimension ``D`` (Chandra et al. 2019 uses 4).
     delay : int, default=1
         Time lag between coordinates.
 

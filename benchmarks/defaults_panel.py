@@ -123,7 +123,7 @@ from bayesnet import (BayesianCNNClassifier, BayesianMLPClassifier, BayesianMLPR
                       BayesianRNNRegressor, TakensEmbedding, make_forecasting_windows)
 from bayesnet.datasets import load_sunspots
 from bayesnet.metrics import expected_calibration_error, interval_coverage
-from real_data import chaotic, mnist1d  # the same MNIST-1D split and paper 003 chaotic-series protocol
+from real_data import chaotic, mnist1d  # the same MNIST-1D split and Chandra et al. 2019 chaotic-series protocol
 
 try:  # optional benchmark dependency (pip install -e ".[bench]")
     from laplace import Laplace
@@ -177,7 +177,7 @@ def _mnist1d(seed):
 
 
 def _mackey(seed):
-    """Mackey-Glass, paper 003's protocol (real_data.py): 4-step windows, oldest first, chronological split."""
+    """Mackey-Glass, Chandra et al. 2019's protocol (real_data.py): 4-step windows, oldest first, chronological split."""
     Xtr, ytr, Xte, yte = chaotic("mackey_glass")
     return Xtr.astype(np.float64), ytr, Xte.astype(np.float64), yte
 
@@ -205,7 +205,7 @@ TASKS = {
     "diabetes": Task("regression", BayesianMLPRegressor, _sklearn(load_diabetes, False), "mlp"),
     "friedman1": Task("regression", BayesianMLPRegressor, _friedman, "mlp", note="make_friedman1(1000, noise=1.0)"),
     "sunspots": Task("regression", BayesianMLPRegressor, _sunspots, "mlp", note="Takens D=4, chronological"),
-    "mackey-rnn": Task("regression", BayesianRNNRegressor, _mackey, "rnn", note="4-step sequences, paper 003 split"),
+    "mackey-rnn": Task("regression", BayesianRNNRegressor, _mackey, "rnn", note="4-step sequences, Chandra et al. 2019 split"),
 }
 QUICK_TASKS = ["iris", "diabetes"]
 

@@ -1,6 +1,6 @@
-"""Ensemble quasi-Newton (eqn) on Gaussian models: paper 004 Fig. 13 at this machine's scale.
+"""Ensemble quasi-Newton (eqn) on Gaussian models: Heber et al. 2020 (TATi) Fig. 13 at this machine's scale.
 
-The model of paper 004 Sec. 5.3.2: a random symmetric matrix gives orthonormal
+The model of Heber et al. 2020 (TATi) Sec. 5.3.2: a random symmetric matrix gives orthonormal
 eigenvectors, and the covariance of the target has eigenvalues evenly spaced
 in [1, 100] (endpoints included), so its "slow" directions have variance 100
 and its fast ones variance 1. The potential is ``U(w) = w^T C^{-1} w / 2`` at

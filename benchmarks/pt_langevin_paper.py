@@ -1,6 +1,6 @@
 """Paper 003 Tables 5-6 with our ``pt-langevin``: forecasting and classification under the paper's protocol.
 
-Langevin-gradient parallel tempering (PT-LG, paper 003 Algorithm 1) as
+Langevin-gradient parallel tempering (PT-LG, Chandra et al. 2019 Algorithm 1) as
 ``BayesianMLPRegressor`` / ``BayesianMLPClassifier(sampler="pt-langevin")``,
 on the paper's own data files (copied from its code repository into
 ``../shared/data/pt-lg/``, see the README there; read from there, never
@@ -89,11 +89,11 @@ CLASSIFICATION = ["Cancer", "Iris"]
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pt-lg"
 REFERENCE_SAMPLES_PER_S = 110.0  # the reference code on Sunspot, 2 cores, 10 replicas (README)
 
-# paper 003 Table 5, PT-LG (0.1), test RMSE: mean, std, best over the retained samples; PT-RW mean
+# Chandra et al. 2019 Table 5, PT-LG (0.1), test RMSE: mean, std, best over the retained samples; PT-RW mean
 TABLE5 = {"Sunspot": (0.0192, 0.0033, 0.0146, 0.0239), "Mackey": (0.0062, 0.0009, 0.0048, 0.0061),
           "Lorenz": (0.0157, 0.0018, 0.0094, 0.0171), "Rossler": (0.0175, 0.0009, 0.0155, 0.0175),
           "Henon": (0.0190, 0.0029, 0.0131, 0.1198)}
-# paper 003 Table 6, PT-LG (0.01), test accuracy %: mean, std, best
+# Chandra et al. 2019 Table 6, PT-LG (0.01), test accuracy %: mean, std, best
 TABLE6 = {"Cancer": (98.77, 0.32, 99.52), "Iris": (96.76, 0.96, 99.10)}
 HIDDEN = {"Cancer": 12, "Iris": 12}  # paper Table 1
 

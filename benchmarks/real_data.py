@@ -12,11 +12,11 @@ digits-cnn
     70/30 split; logistic regression as the standard baseline.
 henon-rnn, mackey-rnn
     Chaotic series from :func:`bayesnet.datasets.make_chaotic_series` under
-    paper 003's protocol: first 1000 points scaled to [0, 1], Takens
+    Chandra et al. 2019's protocol: first 1000 points scaled to [0, 1], Takens
     embedding D=4 (``make_forecasting_windows`` + ``TakensEmbedding``), a
     window every 2 points, points 0-599 train, 600-999 test; one-step-ahead
     forecasts by ``BayesianRNNRegressor`` on the 4-step sequences. Baselines:
-    ordinary least squares, persistence, and paper 003 Table 5 (PT-LG).
+    ordinary least squares, persistence, and Chandra et al. 2019 Table 5 (PT-LG).
 
 For every task the same network is also trained with Adam (AdamW: learning
 rate 1e-3, gradient norm clipped at 1, the same mini-batches and number of
@@ -49,7 +49,7 @@ from bayesnet.datasets import make_chaotic_series
 from bayesnet.metrics import expected_calibration_error, interval_coverage
 
 PUBLISHED = {"mnist1d-mlp": 68.0, "mnist1d-cnn": 94.0, "mnist1d-rnn": 91.0}
-TABLE5 = {"henon": 0.0190, "mackey_glass": 0.0062}  # paper 003 Table 5, PT-LG test RMSE (mean over samples)
+TABLE5 = {"henon": 0.0190, "mackey_glass": 0.0062}  # Chandra et al. 2019 Table 5, PT-LG test RMSE (mean over samples)
 
 
 def mnist1d():
@@ -67,9 +67,9 @@ def digits(seed=0):
 
 def chaotic(name):
     s = make_chaotic_series(name, 1000)
-    s = (s / (s.max() + 1)) if s.min() >= 0 else (s + s.max() + 1) / (2 * (s.max() + 1))  # paper 003's scaling
+    s = (s / (s.max() + 1)) if s.min() >= 0 else (s + s.max() + 1) / (2 * (s.max() + 1))  # Chandra et al. 2019's scaling
     X, y = make_forecasting_windows(s, n_lags=4, stride=2)
-    # windows whose target lies in points 0-599 train, the rest test (paper 003's split)
+    # windows whose target lies in points 0-599 train, the rest test (Chandra et al. 2019's split)
     t = np.arange(4, len(s), 2)[: len(y)]
     tr = t < 600
     emb = TakensEmbedding(dimension=4, delay=1).fit(X[tr])
@@ -86,9 +86,9 @@ CLASSIFY = dict(sampler="sgnht", sampler__step_size=2e-5, prior_scale=0.2, burn_
 CLASSIFY_N4000 = dict(CLASSIFY, sampler__step_size=1e-5)  # 4000 rows: gradients 3x larger than digits'
 REGRESS = dict(sampler="sghmc", sampler__step_size=2e-5, prior_scale=1.0, burn_in=2000, n_draws=100, thinning=20,
                batch_size=128)
-# paper 003's own sampler for these series: full-batch Metropolis tests, 10 replicas (its defaults)
+# Chandra et al. 2019's own sampler for these series: full-batch Metropolis tests, 10 replicas (its defaults)
 REGRESS_PT = dict(sampler="pt-langevin", prior_scale=1.0, burn_in=2000, n_draws=100, thinning=20, batch_size=-1)
-SMALL_RNN = dict(hidden_size=8, dense_layer_sizes=(8,), activation="tanh")  # about paper 003's 4-5-1 in size
+SMALL_RNN = dict(hidden_size=8, dense_layer_sizes=(8,), activation="tanh")  # about Chandra et al. 2019's 4-5-1 in size
 CONFIGS = {
     "mnist1d-mlp": (BayesianMLPClassifier, dict(hidden_layer_sizes=(100,)), mnist1d, CLASSIFY),
     "mnist1d-cnn": (BayesianCNNClassifier, dict(), mnist1d, CLASSIFY_N4000),
@@ -201,7 +201,7 @@ def run(task, seed, threads):
         ols = np.sqrt(np.mean((np.c_[Xte, np.ones(len(Xte))] @ w - yte) ** 2))
         print(f"{'least squares / persistence':<28} RMSE {ols:.4f} / {np.sqrt(np.mean((Xte[:, -1] - yte) ** 2)):.4f}")
         series = "henon" if task.startswith("henon") else "mackey_glass"
-        print(f"{'paper 003 Table 5 PT-LG':<28} RMSE {TABLE5[series]:.4f} (mean over samples; 4-5-1 network)")
+        print(f"{'Chandra et al. 2019 Table 5 PT-LG':<28} RMSE {TABLE5[series]:.4f} (mean over samples; 4-5-1 network)")
 
 
 def main():

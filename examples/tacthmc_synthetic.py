@@ -1,4 +1,4 @@
-"""TACT-HMC and its two ablations on the synthetic mixtures of paper 000 Sec. 5.1 (Fig. 1 and Fig. 2).
+"""TACT-HMC and its two ablations on the synthetic mixtures of Luo et al. 2018 Sec. 5.1 (Fig. 1 and Fig. 2).
 
 Every sampler runs 400 packed chains from one mode with the same settings,
 on gradients perturbed by Gaussian noise (sd 5) that the samplers do not
@@ -21,7 +21,7 @@ from bayesnet.diagnostics import effective_sample_size
 from bayesnet.synthetic import four_modes_2d, ring_2d, run_tacthmc, three_modes_1d, total_variation_1d
 
 torch.set_num_threads(1)
-# [eta_theta, eta_xi, c_theta, c_xi, gamma_theta, gamma_xi, K] as in paper 000 Sec. 5.2's notation
+# [eta_theta, eta_xi, c_theta, c_xi, gamma_theta, gamma_xi, K] as in Luo et al. 2018 Sec. 5.2's notation
 SETTINGS = dict(step_size=0.01, tempering_step_size=0.005, noise=0.05, tempering_noise=0.05, thermal_inertia=1.0,
                 tempering_thermal_inertia=1.0, steps_per_sample=50)
 VARIANTS = {"TACT-HMC": {}, "no tempering": dict(tempering=False), "no thermostats": dict(thermostats=False)}

@@ -1,4 +1,4 @@
-"""The ensemble quasi-Newton sampler (paper 004 Sec. 2 eqs. 16-19, Sec. 5.3).
+"""The ensemble quasi-Newton sampler (Heber et al. 2020 (TATi) Sec. 2 eqs. 16-19, Sec. 5.3).
 
 * the low-rank symmetric square root equals the dense ``sqrtm(I + eta cov_[i])``;
 * one walker, two walkers or eta = 0 reproduce ``baoab`` bit for bit;
@@ -7,7 +7,7 @@
   ``test_samplers_statistical``; BAOAB with a frozen preconditioner has no
   configurational bias on a Gaussian, so the allowance only covers the weak
   coupling of the walkers through their preconditioners);
-* paper 004 Fig. 13: on the Sec. 5.3.2 Gaussian (covariance eigenvalues
+* Heber et al. 2020 (TATi) Fig. 13: on the Sec. 5.3.2 Gaussian (covariance eigenvalues
   evenly spaced in [1, 100]) eight walkers cut the IAT of the slowest
   direction far below BAOAB's;
 * memory stays O(L * D) for D = 1e5; validation, pickling.

@@ -1,4 +1,4 @@
-"""Orders of accuracy of the Langevin splittings on a harmonic potential (paper 004 Sec. 5.1).
+"""Orders of accuracy of the Langevin splittings on a harmonic potential (Heber et al. 2020 (TATi) Sec. 5.1).
 
 For U = |theta|^2 / 2 (unit frequency, unit mass) at temperature T = 1 the exact
 averages are <|p|^2>/D = <|theta|^2>/D = 1. The discretised chains are biased by
@@ -6,7 +6,7 @@ O(eps^q). We measure the relative errors of the average kinetic temperature
 <|p|^2>/D and of the configurational temperature <theta . grad U>/D over a range
 of step sizes and fit the slope q of log(error) against log(eps): BAOAB and
 GLA2 are second order, GLA1 first order. (BAOAB's configurational temperature
-is exact for harmonic potentials, paper 004 Sec. 2, so its order is read from
+is exact for harmonic potentials, Heber et al. 2020 (TATi) Sec. 2, so its order is read from
 the kinetic temperature.) 4096 independent oscillators run as one vectorised
 position, which the element-wise A/B/O steps treat as independent chains.
 """

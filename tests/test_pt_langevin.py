@@ -1,4 +1,4 @@
-"""Langevin-gradient parallel tempering (paper 003, Algorithm 1): its pieces, its exactness and its purpose.
+"""Langevin-gradient parallel tempering (Chandra et al. 2019, Algorithm 1): its pieces, its exactness and its purpose.
 
 The sampler is an exact Metropolis-Hastings scheme on full-data potentials, so
 the Gaussian checks use the ESS-based tolerances of ``targets.moment_errors``

@@ -79,7 +79,7 @@ def test_discretisation_bias_is_detected():
 
 
 def test_sghmc_without_thermostat_does_not_absorb_gradient_noise():
-    """The contrast to the sgnht noisy-gradient row: SGHMC at the same settings runs hot (paper 000 Sec. 5.1)."""
+    """The contrast to the sgnht noisy-gradient row: SGHMC at the same settings runs hot (Luo et al. 2018 Sec. 5.1)."""
     target = correlated_gaussian(2048, gradient_noise=5.0)
     draws = run_chains("sghmc", target, 8000, burn_in=2000, step_size=2e-3, friction=0.02)
     err = moment_errors(draws, target.mean, target.cov)
@@ -148,7 +148,7 @@ ENSEMBLE_CASES = [
                          ids=[c[0] for c in ENSEMBLE_CASES])
 def test_ensemble_samplers_on_the_conjugate_regression(name, hyper, chains, steps, burn_in, allowance):
     """pt-langevin's temperature-1 replicas and every eqn walker sample the normal-inverse-gamma posterior of
-    paper 001 Sec. 4 (one potential per packed member: chains x replicas / walkers on the chain axis)."""
+    Karagiannis's SGLD notes Sec. 4 (one potential per packed member: chains x replicas / walkers on the chain axis)."""
     from bayesnet.samplers import make_sampler
 
     sampler = make_sampler(name, **hyper)

@@ -16,7 +16,7 @@ def test_windows_and_embedding():
     assert X.shape == (14, 6) and y[0] == 6 and list(X[0]) == [5, 4, 3, 2, 1, 0]
     Z = TakensEmbedding(dimension=3, delay=2).fit_transform(X)
     assert list(Z[0]) == [4, 2, 0]  # y[t-2], y[t-4], y[t-6] for t = 6
-    X2, _ = make_forecasting_windows(s, n_lags=4, stride=2)  # paper 003's T = 2
+    X2, _ = make_forecasting_windows(s, n_lags=4, stride=2)  # Chandra et al. 2019's T = 2
     assert np.all(np.diff(X2[:, 0]) == 2)
     with pytest.raises(ValueError, match="exceeds"):
         TakensEmbedding(dimension=4, delay=2).fit(X[:, :5])

@@ -21,7 +21,7 @@ DEFAULTS = {
 
 DEFAULT_OUTPUT = "bayesnet-model.bayesnet"
 
-_FORECAST_DEFAULTS = dict(dimension=4, delay=1)  # paper 003's Takens embedding
+_FORECAST_DEFAULTS = dict(dimension=4, delay=1)  # Chandra et al. 2019's Takens embedding
 
 _TASKS = ("classification", "regression", "forecast")
 
@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "the last rows for forecasts)")
     data.add_argument("--dimension", type=_positive_int, metavar="D",
                       help=f"forecast: Takens embedding dimension (default: {_FORECAST_DEFAULTS['dimension']}, "
-                           "paper 003's)")
+                           "Chandra et al. 2019's)")
     data.add_argument("--delay", type=_positive_int, metavar="TAU",
                       help=f"forecast: Takens delay; the model sees the dimension * delay previous values "
                            f"(default: {_FORECAST_DEFAULTS['delay']})")

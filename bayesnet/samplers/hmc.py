@@ -42,7 +42,7 @@ def _per_member(t: Tensor, like: Tensor) -> Tensor:
 
 @register_sampler
 class HMC(Sampler):
-    r"""Hamiltonian (hybrid) Monte Carlo (paper 004 Sec. 2, eq. 15).
+    r"""Hamiltonian (hybrid) Monte Carlo (Heber et al. 2020 (TATi) Sec. 2, eq. 15).
 
     One transition: resample the momenta :math:`p \sim \mathcal N(0, T I)`
     (unit mass), integrate :math:`L` leapfrog steps
@@ -116,7 +116,7 @@ class HMC(Sampler):
 
     References
     ----------
-    Duane et al. 1987; Neal, "MCMC using Hamiltonian dynamics", 2011; paper 004
+    Duane et al. 1987; Neal, "MCMC using Hamiltonian dynamics", 2011; Heber et al. 2020 (TATi)
     Sec. 2 eq. (15); Hoffman and Gelman, JMLR 15 (2014), Sec. 3.2.
     """
 

@@ -1,7 +1,7 @@
 """The A, B, O building blocks shared by every Langevin and Hamiltonian sampler.
 
 Splitting the generator of underdamped Langevin dynamics as ``L = A + B + O``
-(paper 004, Sec. 2, eqs. 10-13) gives three exactly solvable sub-steps. Every
+(Heber et al. 2020 (TATi), Sec. 2, eqs. 10-13) gives three exactly solvable sub-steps. Every
 sampler in :mod:`bayesnet.samplers` is a composition of these functions, so
 that e.g. SGHMC is ``A B O`` (with a first-order friction), BAOAB is
 ``B A O A B`` and HMC's leapfrog is ``B A B``.
@@ -9,7 +9,7 @@ that e.g. SGHMC is ``A B O`` (with a first-order friction), BAOAB is
 All functions act in place on *lists* of tensors (one tensor per network
 parameter), use PyTorch's fused ``_foreach`` kernels, and never build an
 autograd graph. Momenta are kept in *velocity-per-step* units
-``r = p * h / m`` with ``eta = h**2 / m`` (paper 000, Sec. 3.3), in which
+``r = p * h / m`` with ``eta = h**2 / m`` (Luo et al. 2018, Sec. 3.3), in which
 
 * A:  ``theta <- theta + c * r``
 * B:  ``r <- r - c * eta * grad U(theta)``
@@ -139,13 +139,13 @@ def momentum_views(flat: Tensor, position: Sequence[Tensor]) -> list[Tensor]:
 
 @torch.no_grad()
 def position_step(position: Sequence[Tensor], momentum: Sequence[Tensor], fraction: float = 1.0) -> None:
-    """A step: ``theta <- theta + fraction * r`` (paper 004, eq. 13, ``A_eps``)."""
+    """A step: ``theta <- theta + fraction * r`` (Heber et al. 2020 (TATi), eq. 13, ``A_eps``)."""
     torch._foreach_add_(list(position), list(momentum), alpha=fraction)
 
 
 @torch.no_grad()
 def gradient_step(momentum: Sequence[Tensor], gradient: Sequence[Tensor], step_size: float) -> None:
-    """B step: ``r <- r - step_size * grad`` (paper 004, eq. 13, ``B_eps``).
+    """B step: ``r <- r - step_size * grad`` (Heber et al. 2020 (TATi), eq. 13, ``B_eps``).
 
     Applied to positions instead of momenta it is a gradient-descent step,
     which is how SGLD uses it.
@@ -172,7 +172,7 @@ def add_noise(tensors: Sequence[Tensor], std: float, rng: ChainRandom, layout: C
 @torch.no_grad()
 def ornstein_uhlenbeck_step(momentum: Sequence[Tensor], decay: float, noise_std: float, rng: ChainRandom,
                             layout: ChainLayout, flat: Tensor | None = None) -> None:
-    """O step: ``r <- decay * r + noise_std * xi`` (paper 004, eqs. 11-13, ``O_eps``).
+    """O step: ``r <- decay * r + noise_std * xi`` (Heber et al. 2020 (TATi), eqs. 11-13, ``O_eps``).
 
     For the exact Ornstein-Uhlenbeck flow over a time ``h`` with friction
     ``gamma`` use ``decay = exp(-gamma * h)`` and

@@ -24,7 +24,7 @@ class SGHMC(Sampler):
     r"""Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox and Guestrin 2014).
 
     In the "SGD with momentum" parametrisation of Chen et al. eq. (15), which
-    is the one the TACT-HMC paper (paper 000, Sec. 3.3 change of variables
+    is the one the TACT-HMC paper (Luo et al. 2018, Sec. 3.3 change of variables
     :math:`r = p\Delta t/m`, :math:`\eta = \Delta t^2/m`) uses for its SGHMC
     baseline, one step is the composition ``A O B``:
 
@@ -85,7 +85,7 @@ class SGHMC(Sampler):
     References
     ----------
     T. Chen, E. Fox, C. Guestrin, "Stochastic gradient Hamiltonian Monte Carlo",
-    ICML 2014, eq. (15) and Algorithm 2; paper 000, Sec. 3.3 and 4.
+    ICML 2014, eq. (15) and Algorithm 2; Luo et al. 2018, Sec. 3.3 and 4.
     """
 
     name = "sghmc"

@@ -32,11 +32,11 @@ class SGLD(Sampler):
         \epsilon_t \sim \mathcal N(0, I),
 
     with :math:`\tilde U(\theta) = -\log p(\theta) - (N/|S|)\sum_{i\in S}
-    \log p(y_i | x_i, \theta)` (paper 001 eq. 3.2; the N/|S| scaling is done by
+    \log p(y_i | x_i, \theta)` (Karagiannis's SGLD notes eq. 3.2; the N/|S| scaling is done by
     the potential, see :class:`bayesnet.posterior.Posterior`). It is the
     Euler-Maruyama discretisation of the overdamped Langevin diffusion
-    (paper 001 eq. 3.5, paper 004 eqs. 4-5) whose invariant density is
-    :math:`\propto \exp(-U(\theta)/T)` (paper 001 eqs. 3.3 and 3.6). Every step's
+    (Karagiannis's SGLD notes eq. 3.5, Heber et al. 2020 (TATi) eqs. 4-5) whose invariant density is
+    :math:`\propto \exp(-U(\theta)/T)` (Karagiannis's SGLD notes eqs. 3.3 and 3.6). Every step's
     position is a draw; ``burn_in`` and ``thinning`` are applied by the trace.
 
     With a diagonal mass matrix :math:`M` (the warm-up's preconditioner) the
@@ -59,7 +59,7 @@ class SGLD(Sampler):
         second moment).
     temperature : float, default=1.0
         :math:`T = \tau > 0`; ``1`` samples the posterior, larger values
-        flatten it (paper 001 Remark 26).
+        flatten it (Karagiannis's SGLD notes Remark 26).
 {warmup}
 
     Raises
@@ -73,8 +73,8 @@ class SGLD(Sampler):
     The handout prints the noise of eq. (3.2) as :math:`\sqrt{\eta\tau}\,\epsilon`;
     with a drift of :math:`\eta\nabla\log p` that samples at temperature
     :math:`\tau/2`, inconsistent with its own diffusion (3.5), with Welling and
-    Teh (2011) and with paper 004 eq. (4). We implement the consistent
-    variance :math:`2\eta T`. The step size is constant (paper 004 Sec. 2:
+    Teh (2011) and with Heber et al. 2020 (TATi) eq. (4). We implement the consistent
+    variance :math:`2\eta T`. The step size is constant (Heber et al. 2020 (TATi) Sec. 2:
     a fixed step size has the same efficiency up to a constant), so draws are
     equally weighted.
 

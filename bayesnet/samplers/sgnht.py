@@ -30,14 +30,14 @@ class SGNHTState(MomentumState):
 
 @register_sampler
 class SGNHT(Sampler):
-    r"""Stochastic gradient Nosé-Hoover thermostat (Ding et al. 2014), as paper 000 uses it.
+    r"""Stochastic gradient Nosé-Hoover thermostat (Ding et al. 2014), as Luo et al. 2018 uses it.
 
     Momentum dynamics whose friction :math:`z` is itself a dynamical variable
     (a scalar Nosé-Hoover thermostat) driven by the kinetic temperature, so
     that unknown mini-batch gradient noise is absorbed into :math:`z`. In the
-    variables of paper 000 Sec. 3.3 (:math:`r = p\Delta t/m`,
+    variables of Luo et al. 2018 Sec. 3.3 (:math:`r = p\Delta t/m`,
     :math:`\eta = \Delta t^2/m`, :math:`z = s\Delta t`), which is Algorithm 1 of
-    paper 000 with the tempering switched off (:math:`\lambda \equiv 1`), one
+    Luo et al. 2018 with the tempering switched off (:math:`\lambda \equiv 1`), one
     step is
 
     .. math::
@@ -49,7 +49,7 @@ class SGNHT(Sampler):
     with :math:`D` the number of parameters. The invariant density has
     :math:`\theta \sim \exp(-U/T)`, :math:`r \sim \mathcal N(0, \eta T I)`, and
     the thermostat concentrated around :math:`c` plus the unknown
-    gradient-noise level (paper 000 Theorem 1 with :math:`\lambda = 1`).
+    gradient-noise level (Luo et al. 2018 Theorem 1 with :math:`\lambda = 1`).
 
     With a diagonal mass matrix :math:`M` (the warm-up's preconditioner) the
     kick is :math:`\eta M^{-1}\nabla\tilde U`, the noise
@@ -67,9 +67,9 @@ class SGNHT(Sampler):
         needed beyond :math:`\eta\rho \le 1` (a friction below 1).
     noise : float, default=0.05
         Injected-noise level :math:`c \ge 0` (Ding et al.'s :math:`A h`); also
-        the thermostat's initial value (paper 000 Alg. 1 line 1).
+        the thermostat's initial value (Luo et al. 2018 Alg. 1 line 1).
     thermal_inertia : float, default=1.0
-        :math:`\gamma > 0` (paper 000's :math:`\gamma_\theta = \kappa_\theta/(m_\theta D)`);
+        :math:`\gamma > 0` (Luo et al. 2018's :math:`\gamma_\theta = \kappa_\theta/(m_\theta D)`);
         larger values make the thermostat respond more slowly.
     temperature : float, default=1.0
         :math:`T > 0`.
@@ -94,7 +94,7 @@ class SGNHT(Sampler):
     References
     ----------
     N. Ding et al., "Bayesian sampling using stochastic gradient thermostats",
-    NeurIPS 2014, Algorithm 2; paper 000 Sec. 3.1, 3.3, 4 and Algorithm 1.
+    NeurIPS 2014, Algorithm 2; Luo et al. 2018 Sec. 3.1, 3.3, 4 and Algorithm 1.
     """
 
     name = "sgnht"
