@@ -51,8 +51,9 @@ def correlated_gaussian(n_chains: int, rho: float = 0.9, gradient_noise: float =
 
 
 def ill_conditioned_gaussian(n_chains: int, dim: int = 10, condition: float = 100.0, seed: int = 0,
-                             per_chain: bool = False) -> Target:
-    """``dim``-D Gaussian with a random rotation and covariance eigenvalues log-spaced in [1, condition].
+                             per_chain: bool = False, rotate: bool = True) -> Target:
+    """``dim``-D Gaussian with a random rotation (``rotate=False``: axis-aligned, the case a diagonal mass
+    matrix can undo) and covariance eigenvalues log-spaced in [1, condition].
 
     Mean drawn from N(0, I). The precision's largest eigenvalue is 1, its smallest 1 / condition.
     The chains start at exact draws from the target, so the test checks that the
@@ -62,6 +63,8 @@ def ill_conditioned_gaussian(n_chains: int, dim: int = 10, condition: float = 10
     """
     rng = np.random.default_rng(seed)
     q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
+    if not rotate:
+        q = np.eye(dim)
     eig = np.logspace(0, np.log10(condition), dim)
     cov = (q * eig) @ q.T
     mean = rng.normal(size=dim)
@@ -73,12 +76,13 @@ def ill_conditioned_gaussian(n_chains: int, dim: int = 10, condition: float = 10
         return 0.5 * torch.einsum("ci,ij,cj->c" if per_chain else "ci,ij,cj->", d, prec, d)
 
     start = torch.tensor(rng.multivariate_normal(mean, cov, size=n_chains))
-    return Target(f"gaussian{dim}d-cond{condition:g}", FunctionPotential(fn, [start]), mean, cov)
+    name = f"gaussian{dim}d-cond{condition:g}" + ("" if rotate else "-axes")
+    return Target(name, FunctionPotential(fn, [start]), mean, cov)
 
 
 def bayesian_linear_regression(n_chains: int, n: int = 200, batch_size: int | None = None, seed: int = 0,
                                per_chain: bool = False) -> Target:
-    """Conjugate normal linear regression of paper 001 Sec. 4, in w = (beta, log sigma^2).
+    """Conjugate normal linear regression of Karagiannis's SGLD notes Sec. 4, in w = (beta, log sigma^2).
 
     Prior beta | sigma^2 ~ N(0, sigma^2 V), V = 100 I; sigma^2 ~ IG(phi=1, psi=1).
     The exact posterior is normal-inverse-gamma: beta is Student-t with mean

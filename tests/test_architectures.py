@@ -289,7 +289,7 @@ def test_rnn_takes_windows_and_takens_pipelines(henon):
     X, y = make_forecasting_windows(s, n_lags=6)
     Xtr, ytr, Xte, yte = X[:350], y[:350], X[350:], y[350:]
     pipe = make_pipeline(TakensEmbedding(dimension=3, delay=2),
-                         BayesianRNNRegressor(**SMALL_RNN, sampler__step_size=1e-5, n_draws=30, burn_in=600,
+                         BayesianRNNRegressor(**SMALL_RNN, n_draws=30, burn_in=600,
                                               thinning=5, batch_size=64, random_state=0))
     pipe.fit(Xtr, ytr)
     reg = pipe[-1]

@@ -32,11 +32,11 @@ _SCHEMES = ("BAOAB", "GLA2", "GLA1")
 
 @register_sampler
 class BAOAB(Sampler):
-    r"""Langevin dynamics discretised by splitting into A, B and O steps (paper 004, Sec. 2).
+    r"""Langevin dynamics discretised by splitting into A, B and O steps (Heber et al. 2020 (TATi), Sec. 2).
 
     Targets :math:`\pi(\theta, p) \propto \exp(-(U(\theta) + |p|^2/2)/T)` of
     the dynamics :math:`d\theta = p\,dt`,
-    :math:`dp = -\nabla U dt - \gamma p\,dt + \sqrt{2\gamma T} dW` (paper 004
+    :math:`dp = -\nabla U dt - \gamma p\,dt + \sqrt{2\gamma T} dW` (Heber et al. 2020 (TATi)
     eq. 9, unit mass), with the sub-steps of eq. (13):
 
     .. math::
@@ -50,10 +50,10 @@ class BAOAB(Sampler):
     * ``"BAOAB"`` (default): :math:`B_{\varepsilon/2} A_{\varepsilon/2} O_\varepsilon A_{\varepsilon/2} B_{\varepsilon/2}`,
       second order, and exact configurational averages for harmonic potentials;
     * ``"GLA2"``: :math:`B_{\varepsilon/2} A_\varepsilon B_{\varepsilon/2} O_\varepsilon`, second order;
-    * ``"GLA1"``: :math:`B_\varepsilon A_\varepsilon O_\varepsilon`, first order (paper 004 Table 1).
+    * ``"GLA1"``: :math:`B_\varepsilon A_\varepsilon O_\varepsilon`, first order (Heber et al. 2020 (TATi) Table 1).
 
     Every scheme costs one gradient per step: the gradient at the end of a
-    step, after the last A, serves the first B of the next (paper 004 Sec. 3.1
+    step, after the last A, serves the first B of the next (Heber et al. 2020 (TATi) Sec. 3.1
     computes the same sequence with the permutation ``BBAOA``); only the very
     first step evaluates an extra one. Each step's position is a draw.
 
@@ -94,7 +94,7 @@ class BAOAB(Sampler):
 
     References
     ----------
-    Heber, Trstanova, Leimkuhler, "TATi" (paper 004), Sec. 2 eqs. (9)-(13),
+    Heber, Trstanova, Leimkuhler, "TATi" (Heber et al. 2020 (TATi)), Sec. 2 eqs. (9)-(13),
     Table 1; Leimkuhler and Matthews, Appl. Math. Res. Express 2013.
     """
 
@@ -152,6 +152,12 @@ class BAOAB(Sampler):
         """The restarted members' cached gradient is taken anew at their restored position (on the step's batch,
         where the others' was taken)."""
         state.grad = regrad(state.grad, members, potential, batch, state.layout)
+
+    @torch.no_grad()
+    def potential_changed(self, state: BAOABState, delta_value: Tensor, delta_grad: list[Tensor]) -> None:
+        """The cached gradient follows the change."""
+        if state.grad is not None:
+            state.grad = [g + d.to(g.dtype) for g, d in zip(state.grad, delta_grad)]
 
     def _scales(self, state: BAOABState) -> dict:
         """The per-coordinate scales of the B, A and O steps for step ``h`` and mass ``M`` (velocity form)."""

@@ -352,6 +352,11 @@ class Sampler(BaseEstimator):
         t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 1.0
         return t, t
 
+    def potential_changed(self, state: SamplerState, delta_value: Tensor, delta_grad: list[Tensor]) -> None:
+        """The potential changed by ``delta_value`` (per member) and its gradient by ``delta_grad`` at the
+        current positions (a Gibbs step on the prior's hyperparameters): samplers that cache either update
+        them."""
+
     def reset_cache(self, state: SamplerState) -> None:
         """Forget values cached from earlier batches (called when a fit continues on new data)."""
 
@@ -515,6 +520,11 @@ class Sampler(BaseEstimator):
         During the warm-up every gradient feeds the mass estimate and, at the end of each window, the mass and
         step size are set anew (:mod:`bayesnet.samplers.warmup`); once it ends they are frozen.
         """
+        every = getattr(potential, "gibbs_interval", None)
+        if every and state.step % every == 0:  # the prior's hyperparameters given the positions: a Gibbs step
+            change = potential.gibbs_update(state.rng)
+            if change is not None:
+                self.potential_changed(state, *change)
         warm = state.warmup
         if warm is None:
             return self._step(state, potential, batch)

@@ -66,12 +66,12 @@ def _selection(n_walkers: int, dtype: torch.dtype, device: torch.device) -> Tens
 
 @register_sampler
 class EQN(Sampler):
-    r"""Ensemble quasi-Newton Langevin dynamics (paper 004 Sec. 2, eqs. 16-19; Listing 3).
+    r"""Ensemble quasi-Newton Langevin dynamics (Heber et al. 2020 (TATi) Sec. 2, eqs. 16-19; Listing 3).
 
     ``L = n_walkers`` walkers per chain move together. Walker :math:`i`
     follows Langevin dynamics preconditioned by a symmetric matrix
     :math:`B_i` built from the positions of the *other* walkers of its chain
-    (paper 004 eqs. 16-17, unit mass):
+    (Heber et al. 2020 (TATi) eqs. 16-17, unit mass):
 
     .. math::
 
@@ -109,7 +109,7 @@ class EQN(Sampler):
     each step is a draw of the target. For a Gaussian target whose
     covariance the walkers estimate well, :math:`B_i \nabla U` rescales
     every direction to a curvature near :math:`\eta + 1/\sigma^2`, so the
-    slow (wide) directions relax about as fast as the stiff ones (paper 004
+    slow (wide) directions relax about as fast as the stiff ones (Heber et al. 2020 (TATi)
     Sec. 5.3.2, Fig. 13).
 
     Parameters
@@ -130,7 +130,7 @@ class EQN(Sampler):
         :math:`D_{\mathrm{eff}}` the number of directions the target
         constrains (at most :math:`D`), whatever their scales. Keep
         :math:`\varepsilon \sqrt{\lambda_{\max}(\nabla^2 U) + \eta T D / (L - 1)} \lesssim 1.5`
-        (measured on the Gaussians of paper 004 Sec. 5.3.2 with
+        (measured on the Gaussians of Heber et al. 2020 (TATi) Sec. 5.3.2 with
         :math:`\eta = 10`: ``D = 64, L = 8`` runs at 0.125 and diverges at
         0.18; ``L = 4`` diverges at 0.11; ``D = 256, L = 8`` runs at 0.07 and
         diverges at 0.1). For many parameters this calls for a small
@@ -161,7 +161,7 @@ class EQN(Sampler):
         position, which holds at an update when the walkers have decorrelated
         since the previous one; updating more often than the walkers
         decorrelate biases the ensemble (simultaneous moves with stale
-        :math:`B_i`). Measured on the 64-D Gaussian of paper 004 Sec. 5.3.2
+        :math:`B_i`). Measured on the 64-D Gaussian of Heber et al. 2020 (TATi) Sec. 5.3.2
         (variances 1..100, :math:`\varepsilon = 0.125`, :math:`\gamma = 1`,
         :math:`\eta = 10`, ``L = 8``, 2e4 steps, 16 chains): the variance
         of the four slowest directions came out 0.99, 1.03, 1.01, 0.97
@@ -242,10 +242,10 @@ class EQN(Sampler):
 
     References
     ----------
-    Heber, Trstanova, Leimkuhler, "TATi" (paper 004), Sec. 2 eqs. (16)-(19)
+    Heber, Trstanova, Leimkuhler, "TATi" (Heber et al. 2020 (TATi)), Sec. 2 eqs. (16)-(19)
     and Sec. 5.3, Listing 3, Fig. 13; B. Leimkuhler, C. Matthews, J. Weare,
     "Ensemble preconditioning for Markov chain Monte Carlo simulation",
-    Statistics and Computing 28, 277-290 (2018) (paper 004 ref. [56]).
+    Statistics and Computing 28, 277-290 (2018) (Heber et al. 2020 (TATi) ref. [56]).
     """
 
     name = "eqn"
@@ -291,9 +291,14 @@ class EQN(Sampler):
 
     # ------------------------------------------------------------------ #
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
-        """``sqrt(stability / (lambda + eta T D / (L - 1)))``, capped as BAOAB's for the gradient noise."""
+        """``sqrt(stability / (lambda + eta T (sqrt(D) + sqrt(L - 1))^2))``, capped as BAOAB's for the gradient
+        noise: the walkers' term bounds the stretch ``1 + eta s`` of ``B_i`` along the walkers' spread, ``s``
+        the largest eigenvalue of the other walkers' Gram matrix in ``q``, near the edge of its Wishart law
+        for walkers at temperature ``T`` (measured: the mean, ``T D / (L - 1)``, let chains whose walkers
+        bunched up explode)."""
         L = int(self.n_walkers)
-        walkers = float(self.covariance_blending) * self.temperature * self._dim / (L - 1) if L >= 3 else 0.0
+        walkers = (float(self.covariance_blending) * self.temperature * (math.sqrt(self._dim) + math.sqrt(L - 1)) ** 2
+                   if L >= 3 else 0.0)
         step = torch.sqrt(self.stability / (curvature + walkers))
         if noise_fraction is not None:
             step = torch.minimum(step, 4.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
@@ -406,6 +411,13 @@ class EQN(Sampler):
         """A gradient in the walkers' coordinates ``q``: ``s * grad`` (``grad`` without a mass)."""
         root = self._root_mass(state)
         return list(grad) if root is None else [r * g for r, g in zip(root, grad)]
+
+    @torch.no_grad()
+    def potential_changed(self, state: EQNState, delta_value: Tensor, delta_grad: list[Tensor]) -> None:
+        """The cached gradient follows the change."""
+        if state.grad is not None:
+            state.grad = [g + d.to(g.dtype) for g, d in zip(state.grad, delta_grad)]
+        state.preconditioned_grad = None
 
     def _scales(self, state: EQNState) -> dict:
         pre, flat = state.precond, state.flat_momentum

@@ -1,4 +1,4 @@
-"""Langevin-gradient parallel tempering (PT-LG), paper 003 Algorithm 1."""
+"""Langevin-gradient parallel tempering (PT-LG), Chandra et al. 2019 Algorithm 1."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class PTLangevinState(SamplerState):
 def geometric_ladder(n_replicas: int, max_temperature: float) -> list[float]:
     """Temperatures ``T_m = max_temperature ** (m / (R - 1))``, ``m = 0..R-1`` (``[1.0]`` for ``R = 1``).
 
-    The geometric progression of paper 003 Sec. 3.5: ``T_0 = 1`` is the
+    The geometric progression of Chandra et al. 2019 Sec. 3.5: ``T_0 = 1`` is the
     posterior, ``T_{R-1} = max_temperature`` the hottest replica.
     """
     if n_replicas == 1:
@@ -77,7 +77,7 @@ def geometric_ladder(n_replicas: int, max_temperature: float) -> list[float]:
 
 
 def swap_log_acceptance(beta_i: Tensor, beta_j: Tensor, u_i: Tensor, u_j: Tensor) -> Tensor:
-    r"""Log acceptance of exchanging the positions of two replicas (paper 003 Algorithm 1 Step 2.2).
+    r"""Log acceptance of exchanging the positions of two replicas (Chandra et al. 2019 Algorithm 1 Step 2.2).
 
     Replica ``i`` at inverse temperature :math:`\beta_i` holds a position of
     potential :math:`U_i`, replica ``j`` one of :math:`U_j`; exchanging them
@@ -99,7 +99,7 @@ def swap_log_acceptance(beta_i: Tensor, beta_j: Tensor, u_i: Tensor, u_j: Tensor
 
 @register_sampler
 class PTLangevin(Sampler):
-    r"""Langevin-gradient parallel tempering (paper 003, Algorithm 1; "PT-LG").
+    r"""Langevin-gradient parallel tempering (Chandra et al. 2019, Algorithm 1; "PT-LG").
 
     Each chain is an ensemble of :math:`R` replicas on a geometric temperature
     ladder :math:`T_m = T_{max}^{m/(R-1)}`, :math:`m = 0, \ldots, R-1`
@@ -280,7 +280,7 @@ class PTLangevin(Sampler):
     References
     ----------
     R. Chandra, K. Jain, R. V. Deo, S. Cripps, "Langevin-gradient parallel
-    tempering for Bayesian neural learning", Neurocomputing 2019 (paper 003:
+    tempering for Bayesian neural learning", Neurocomputing 2019 (Chandra et al. 2019:
     Sec. 3.3-3.5, eqs. 9-12, Algorithm 1, Sec. 4.1); Roberts and Tweedie,
     Bernoulli 2 (1996) for the Metropolis-adjusted Langevin algorithm;
     Okabe et al., Chem. Phys. Lett. 335 (2001) for the even-odd exchange scheme.
@@ -306,6 +306,9 @@ class PTLangevin(Sampler):
     }
     fallback_step_size = 0.025
     tunes_step_on_acceptance = True
+    # the mass is estimated from the gradient at the current positions, taken first in every warm-up step
+    # (:meth:`_step`); the proposals' gradients, taken or not depending on all members' draws, do not count
+    warmup_first_gradient_only = True
 
     def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
                  langevin_prob: float = 0.5, step_size: float | str = "auto", langevin_step_size: float | str = "auto",
@@ -341,6 +344,14 @@ class PTLangevin(Sampler):
         if state.step == 0:
             state.log_step = torch.log(state.precond.step_size).to(state.log_step.dtype).reshape(state.log_step.shape)
         state.cache.clear()
+
+    @torch.no_grad()
+    def potential_changed(self, state: PTLangevinState, delta_value: Tensor, delta_grad: list[Tensor]) -> None:
+        """The cached potentials and gradients follow the change."""
+        if state.value is not None:
+            state.value = state.value + delta_value.to(state.value.dtype).reshape(state.value.shape)
+        if state.grad is not None:
+            state.grad = [g + d.reshape(g.shape).to(g.dtype) for g, d in zip(state.grad, delta_grad)]
 
     @torch.no_grad()
     def restart_members(self, state: PTLangevinState, members: Tensor, potential: Potential, batch: Any) -> None:
@@ -477,6 +488,8 @@ class PTLangevin(Sampler):
         stale = langevin & ~state.grad_valid
         if p_lg > 0:
             any_langevin, any_stale = torch.stack([langevin.any(), stale.any()]).tolist()  # the one host sync
+        if state.warmup is not None:  # every warm-up step: the gradient at the positions, for the mass estimate
+            any_stale = True
         if any_stale:  # (re)compute where stale only: a member's cache never depends on the others'
             u, g = potential.value_and_grad(batch)
             u = u.detach().reshape(S).to(dtype)

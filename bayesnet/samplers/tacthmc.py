@@ -38,7 +38,7 @@ class TACTHMCState(MomentumState):
 
 
 def coupling(xi: Tensor, plateau: float, width: float, order: int) -> Tensor:
-    r"""The coupling function :math:`\lambda(\xi)` of paper 002 Appendix A.
+    r"""The coupling function :math:`\lambda(\xi)` of Luo et al. 2018 (supplement) Appendix A.
 
     .. math::
 
@@ -67,17 +67,17 @@ def _per_chain(t: Tensor, like: Tensor) -> Tensor:
 
 @register_sampler
 class TACTHMC(Sampler):
-    r"""Thermostat-assisted continuously-tempered Hamiltonian Monte Carlo (paper 000, Algorithm 1).
+    r"""Thermostat-assisted continuously-tempered Hamiltonian Monte Carlo (Luo et al. 2018, Algorithm 1).
 
     The parameters :math:`\theta` (momentum :math:`r_\theta`) are coupled to a
     scalar tempering variable :math:`\xi` (momentum :math:`r_\xi`) through the
     extended Hamiltonian :math:`H = \lambda(\xi) U(\theta) + W(\xi) + \ldots`
-    (paper 000 eq. 4): the effective temperature of :math:`\theta` is
+    (Luo et al. 2018 eq. 4): the effective temperature of :math:`\theta` is
     :math:`T/\lambda(\xi)`, which rises up to ``max_temperature`` as
     :math:`\xi` leaves the plateau :math:`|\xi| \le \xi_0` and lets the chain
     cross energy barriers between modes. Each of :math:`\theta` and
     :math:`\xi` has a scalar Nosé-Hoover thermostat (:math:`z_\theta`,
-    :math:`z_\xi`) that absorbs the unknown mini-batch noise (paper 000
+    :math:`z_\xi`) that absorbs the unknown mini-batch noise (Luo et al. 2018
     eq. 5, Theorem 1; the isotropic simplification of Sec. 3.3). An adaptive
     biasing force (Sec. 3.2) flattens the free energy of :math:`\xi` so that
     it random-walks over the well. In the variables of Sec. 3.3
@@ -157,7 +157,7 @@ class TACTHMC(Sampler):
         every ``K`` steps.
     plateau : float, default=1/3
         Half-width :math:`\xi_0 > 0` of the plateau :math:`\lambda = 1`
-        (paper 002 Appendix A).
+        (Luo et al. 2018 (supplement) Appendix A).
     coupling_width : float, default=1.0
         :math:`\xi_1 > \xi_0`, where the effective temperature reaches 2.
     coupling_order : int, default=3
@@ -170,7 +170,7 @@ class TACTHMC(Sampler):
         plateau, Appendix A's efficiency, is ``plateau / wall`` (20 %).
     biasing : {"abf", "metadynamics", None}, default="abf"
         How the free energy of :math:`\xi` is flattened: the adaptive
-        biasing force of Sec. 3.2-3.3, the metadynamics of paper 002
+        biasing force of Sec. 3.2-3.3, the metadynamics of Luo et al. 2018 (supplement)
         Appendix B, or not at all.
     n_bins : int, default=50
         Number :math:`J \ge 1` of equal bins over :math:`[-W_0, W_0]` in
@@ -180,7 +180,7 @@ class TACTHMC(Sampler):
         visited bin per step (Appendix B), in units of the potential.
     metadynamics_bias_temperature : float or None, default=None
         :math:`\Delta T > 0` turns on well-tempered metadynamics (Barducci et
-        al. 2008, paper 002 ref. [1]): the increment becomes
+        al. 2008, Luo et al. 2018 (supplement) ref. [1]): the increment becomes
         :math:`h_A \exp(-A_j/\Delta T)`, so the bias converges. None keeps
         the vanilla scheme of Appendix B.
     resample_momentum : bool, default=False
@@ -192,7 +192,7 @@ class TACTHMC(Sampler):
         :math:`\exp(-U/T)`.
     tempering : bool, default=True
         False freezes :math:`\xi = 0` (:math:`\lambda \equiv 1`): the
-        "thermostats without tempering" ablation of paper 000 Sec. 5.1, which
+        "thermostats without tempering" ablation of Luo et al. 2018 Sec. 5.1, which
         is SGNHT collecting every ``K`` steps.
     thermostats : bool, default=True
         False holds :math:`z_\theta = c_\theta` and :math:`z_\xi = c_\xi`
@@ -241,8 +241,8 @@ class TACTHMC(Sampler):
     ----------
     R. Luo, J. Wang, Y. Yang, Z. Zhu, J. Wang, "Thermostat-assisted
     continuously-tempered Hamiltonian Monte Carlo for Bayesian learning",
-    NeurIPS 2018 (paper 000: eqs. 4, 5, 10, 11, Sec. 3.3, Algorithm 1;
-    paper 002: Appendix A for :math:`\lambda, W`, Appendix B for
+    NeurIPS 2018 (Luo et al. 2018: eqs. 4, 5, 10, 11, Sec. 3.3, Algorithm 1;
+    Luo et al. 2018 (supplement): Appendix A for :math:`\lambda, W`, Appendix B for
     metadynamics).
     """
 
@@ -312,7 +312,7 @@ class TACTHMC(Sampler):
     # ------------------------------------------------------------------ #
     @classmethod
     def from_specification(cls, specification: Sequence[float], **params: Any) -> "TACTHMC":
-        r"""Build from paper 000's 7-tuple :math:`[\eta_\theta, \eta_\xi, c_\theta, c_\xi, \gamma_\theta, \gamma_\xi, K]`.
+        r"""Build from Luo et al. 2018's 7-tuple :math:`[\eta_\theta, \eta_\xi, c_\theta, c_\xi, \gamma_\theta, \gamma_\xi, K]`.
 
         E.g. the MLP/EMNIST setting of Sec. 5.2 is
         ``TACTHMC.from_specification([0.0015, 0.0015, 0.05, 0.05, 1.0, 1.0, 50])``.
@@ -426,7 +426,7 @@ class TACTHMC(Sampler):
             return torch.zeros_like(xi)
         if self.biasing == "abf":
             return bias.gather(-1, j.unsqueeze(-1)).squeeze(-1)
-        # metadynamics, paper 002 Appendix B: -dA/dxi by a one-sided difference towards xi's side of the centre
+        # metadynamics, Luo et al. 2018 (supplement) Appendix B: -dA/dxi by a one-sided difference towards xi's side of the centre
         delta = 2.0 * self.wall / self.n_bins
         centre = -self.wall + (j.to(xi.dtype) + 0.5) * delta
         upper = torch.where(xi >= centre, (j + 1).clamp(max=self.n_bins - 1), j)
@@ -510,7 +510,9 @@ class TACTHMC(Sampler):
         torch._foreach_add_(theta, r)
         state.step += 1
         # line 16-18: collect at unit temperature every K steps
-        on_plateau = lam == 1.0
+        # on the plateau |xi| <= xi_0, tested on xi itself: just outside it, lambda = 1 / (1 + s^n) rounds to 1 in
+        # float32 although the step ran (infinitesimally) hot
+        on_plateau = (xi.abs() <= self.plateau) if self.tempering else torch.ones_like(xi, dtype=torch.bool)
         plateau_flag = on_plateau.to(xi.dtype)
         state.plateau_steps = state.plateau_steps + plateau_flag
         if state.step % self.steps_per_sample == 0:  # the only steps that synchronise with the device

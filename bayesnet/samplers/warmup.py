@@ -3,32 +3,52 @@
 Every sampler that takes ``step_size="auto"`` or ``preconditioner="diagonal"`` (or ``"layer"``) is warmed up
 the same way, in windows after Stan's (Carpenter et al. 2017; Hoffman and Gelman 2014):
 
-1. **Start.** At the first step the inverse mass ``m = M^{-1}`` is set from the squared gradient at the
-   starting point, and the step size from the curvature it leaves (below).
+1. **Start.** At the first step the mass ``M`` is set to the absolute Hessian diagonal at the starting
+   point (estimated from Hessian-vector products with random sign vectors, Bekas et al. 2007), and the step
+   size from the curvature it leaves (below).
 2. **Windows.** The warm-up's ``W`` steps (the run's burn-in) are cut into an initial window (15 %), a
-   sequence of windows that double in length, and a final window (10 %). Over each window every member
-   accumulates the second moment of its gradient, ``E[g_i^2]``; at the end of each doubling window the mass
-   becomes that moment, ``M_i = E[g_i^2]`` (the empirical Fisher information, which at equilibrium equals the
-   expected Hessian's diagonal: Li et al. 2016's pSGLD, Wenzel et al. 2020's layer-wise preconditioner take
-   its square root instead; the moment itself makes the step dimensionless, see below), and the step size is
-   set anew.
+   sequence of windows that double in length, and a final window (10 %) (:func:`windows`). Over each window
+   every member accumulates the first and second moments of its gradient ``g`` and of its position
+   ``theta``. At the end of each doubling window the mass becomes, per coordinate,
+   ``M_i = sd(g_i) / sd(theta_i)``: the curvature linking the gradient's spread to the position's. For a
+   quadratic potential it is exactly the Hessian's diagonal whether or not the chain has reached equilibrium,
+   and it needs no knowledge of the temperature; mini-batch noise in ``g`` adds to it, which slows the noisiest
+   coordinates. (Li et al. 2016's pSGLD and Wenzel et al. 2020's layer-wise preconditioner use the square root
+   of ``E[g_i^2]``; measured on the defaults panel, the secant estimate mixed faster and its step size was
+   more stable across feature scales.) With ``preconditioner="layer"`` each parameter tensor gets the mean
+   of its entries. Then the step size is set anew.
 3. **Frozen.** After ``W`` steps the mass and step size no longer change, so the kept draws come from one
-   fixed kernel: a constant preconditioner needs no correction term (the ``Gamma`` of Li et al.'s eq. 4), and
-   each sampler stays exact for its target.
+   fixed kernel: a constant preconditioner needs no correction term (the ``Gamma`` of Li et al. 2016, eq. 4),
+   and each sampler stays exact for its target.
 
-The step size. With ``M = E[g g]`` the preconditioned Hessian ``m^{1/2} H m^{1/2}`` has curvatures of order
-one in every well-determined direction, whatever the features' scales and the data size, so one
-dimensionless step serves all problems. At each window's end the warm-up measures, per member, the largest
-preconditioned curvature ``lambda`` by power iteration on finite-difference Hessian-vector products of the
-current mini-batch (the same batch on both sides, so the difference is a curvature, not noise), and the
-fraction ``rho`` of the gradient's second moment that is mini-batch noise (the squared difference of the
-gradients of the batch's two halves; 0 on the full data). The sampler turns them into its step size
-(:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable (``step * lambda`` below a constant) and cool (the
-heat the gradient noise adds, ``step * rho / 2`` for SGLD, ``step * rho / (2 friction)`` for SGHMC, below 5 %).
+The step size. With that mass the preconditioned Hessian ``m^{1/2} H m^{1/2}`` (``m = M^{-1}``) has
+curvatures of order one in every well-determined direction, whatever the features' scales and the data size,
+so one dimensionless rule serves all problems. At each window's end the warm-up measures, per member, the
+largest preconditioned curvature ``lambda`` by power iteration on finite-difference Hessian-vector products
+over the last ``N_BATCHES`` mini-batches (the same batch on both sides of each difference, so that it is a
+curvature and not noise; the largest over the batches), and the fraction ``rho`` of the gradient's second
+moment that is mini-batch noise (from the gradients of each batch's two halves; 0 on the full data). The
+sampler turns them into its step size (:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable
+(``step * lambda`` below a constant) and cool (the heat the gradient noise adds, ``step * rho / 2`` for SGLD,
+``step * rho / (2 friction)`` for SGHMC, below ``HEAT`` = 5 % of the temperature). A step may grow at most
+``MAX_GROWTH`` times per window, not after a window shorter than ``MIN_WINDOW`` steps, and not into the final
+window; a window whose second half ran hot (kinetic temperature above ``1 + HOT`` times the target, beyond
+the chance fluctuation of a mean of ``D`` squares, while the potential was not still descending) halves it.
 
-Guards: a zero, tiny or non-finite gradient moment never becomes a divisor: moments are floored at
-``1e-4`` times the member's median and non-finite ones replaced by it; a non-finite curvature keeps the
-previous step size.
+Guards, so that no chain is lost to a bad estimate:
+
+- a zero, tiny or non-finite mass entry never becomes a divisor: entries are floored at ``MASS_FLOOR``
+  times the member's median, a non-finite one keeps its previous mass, and a member with no valid entry keeps
+  its previous mass (or unit mass); a non-finite curvature keeps the previous step size;
+- every ``guard_every`` steps, a member whose potential or position went non-finite, or whose kinetic
+  temperature ran above ``GUARD_HEAT`` times its target, is put back to its last cool position with half its
+  step size and fresh momenta (:func:`guard`); its window's moments do not set its mass;
+- a member restarted in the final window, or whose final window ran hot, freezes at half the step it tried
+  there, and the warm-up reports that it did not settle (the estimators raise a ``ConvergenceWarning`` that
+  names ``burn_in``), as it does for a warm-up shorter than ``MIN_SETTLED`` steps.
+
+Every decision is per member, and every random number is drawn from each chain's own stream whether or not it
+is used, so that a chain never depends on the chains beside it.
 """
 
 from __future__ import annotations
@@ -46,6 +66,8 @@ __all__ = ["Preconditioner", "WarmUp", "windows", "member_view", "flatten", "vie
 
 #: the heat the mini-batch gradient noise may add at the warmed-up step size (5 % of the temperature)
 HEAT = 0.05
+#: the most a step size may grow from one window to the next (the curvature is measured at one point)
+MAX_GROWTH = 16.0
 #: a window shorter than this many steps neither sets the mass (too few gradients) nor lets the step grow
 MIN_WINDOW = 20
 #: a warm-up shorter than this many steps has not settled (its last windows are too short to estimate from)
@@ -258,9 +280,6 @@ def _per_member_reduce(tensors: Sequence[Tensor], layout: ChainLayout, fn) -> Te
     return fn(torch.cat([t.reshape(S, -1) for t in tensors], dim=1))
 
 
-MASS_ESTIMATE = "secant"
-
-
 #: masses are floored at this fraction of the member's median: a coordinate whose gradient barely varied (a
 #: weight on an input that is almost always zero) would otherwise get an unbounded step
 MASS_FLOOR = 1e-2
@@ -279,8 +298,6 @@ def mass_from_moments(moments: Sequence[Tensor], count: int, layout: ChainLayout
     g1, g2, t1, t2 = (moments[i * k:(i + 1) * k] for i in range(4))
     if count < 2:
         M_parts = [torch.sqrt(m2 / n) for m2 in g2]
-    elif MASS_ESTIMATE == "fisher":
-        M_parts = [m2 / n for m2 in g2]
     else:
         var_g = [(b / n - (a / n) ** 2).clamp_min(0.0) for a, b in zip(g1, g2)]
         var_t = [(b / n - (a / n) ** 2).clamp_min(0.0) for a, b in zip(t1, t2)]
@@ -507,7 +524,7 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         # curvature estimate, a lower bound, was already too low there)
         # (nor into the final window, which only tries the step it freezes at)
         grows = state.step - warm.window_start >= MIN_WINDOW and state.step != warm.ends[-2:][0]
-        growth = torch.full_like(new, 4.0 if grows else 1.0)
+        growth = torch.full_like(new, MAX_GROWTH if grows else 1.0)
         if warm.restarted is not None:  # per member, so that a chain never depends on the others
             growth = torch.where(warm.restarted.reshape(new.shape) if new.ndim else warm.restarted.any(),
                                  torch.ones_like(new), growth)
@@ -522,7 +539,7 @@ def _set_step_size(sampler, state, potential, batch) -> None:
 #: above it (or whose potential or position is not finite), is put back and its step size halved. A chain far from
 #: its typical set heats while its excess potential energy turns kinetic and the friction removes it (a few times
 #: its target); an unstable step heats it exponentially, past this within a few steps
-GUARD_HEAT = 20.0
+GUARD_HEAT = 5.0
 
 
 @torch.no_grad()
@@ -558,8 +575,12 @@ def guard(sampler, state, info, potential, batch) -> None:
     if warm.heat is not None and target:  # hot on average over the interval, or at its last step
         t = info.kinetic_temperature.detach().reshape(-1).double()
         mean = warm.heat / warm.heat_count
-        warm.bad = warm.bad | (mean > GUARD_HEAT * target) | (t > GUARD_HEAT * target)
-        warm_ok = _per_member(mean <= BACKUP_HEAT * target, S)
+        # a mean of D squares fluctuates by sqrt(2/D) about its target: a small network's chain passes 5x on
+        # chance alone at a single step, so the thresholds widen by that fluctuation (a few per cent for D ~ 1000)
+        spread = math.sqrt(2.0 / _coordinates(state))
+        warm.bad = (warm.bad | (mean > (GUARD_HEAT + 5.0 * spread) * target)
+                    | (t > (GUARD_HEAT + 10.0 * spread) * target))
+        warm_ok = _per_member(mean <= (BACKUP_HEAT + 2.0 * spread) * target, S)
     member_bad = _per_member(warm.bad, S)
     any_bad = warm.backup is not None and bool(member_bad.any())  # the one host synchronisation per interval
     if any_bad:
@@ -614,10 +635,9 @@ def after_step(sampler, state, potential, batch) -> None:
     # warm-up shorter than MIN_SETTLED steps, or one with restarts in its final window, has not settled (the
     # estimators warn)
     settled = warm.n_steps >= MIN_SETTLED and warm.window_restarts == 0
-    if warm.adapt_step and not sampler.tunes_step_on_acceptance and (warm.window_restarts or (
-            final_hot is not None and bool(final_hot.any()))):
-        pre = state.precond
-        failed = torch.zeros_like(pre.step_size, dtype=torch.bool)
+    pre = state.precond
+    failed = torch.zeros_like(pre.step_size, dtype=torch.bool)
+    if warm.adapt_step and not sampler.tunes_step_on_acceptance:
         if warm.restarted is not None:
             failed = failed | (warm.restarted.reshape(pre.step_size.shape) if pre.step_size.ndim
                                else warm.restarted.any())
@@ -626,7 +646,9 @@ def after_step(sampler, state, potential, batch) -> None:
             warm.n_hot += int(final_hot.sum())
         pre.step_size = torch.where(failed, pre.step_size / 2, pre.step_size)
         pre.version += 1
-        sampler.preconditioner_changed(state)
+    # the failed members' momenta drawn afresh at their new step (drawn for all, used for them: no chain's
+    # stream depends on the others)
+    sampler.redraw_momenta(state, failed.reshape(-1) if failed.ndim else failed.reshape(1))
     sampler.warmup_frozen(state)
     reason = None if settled else (
         f"it is too short for its windows to estimate the mass and step size (at least {MIN_SETTLED} steps)"
