@@ -22,7 +22,7 @@ class Posterior:
         \tilde U(\theta) = -\log p(\theta) - \log p(\phi)
             - \frac{N}{|S|} \sum_{i \in S} \log p(y_i | x_i, \theta, \phi)
 
-    (paper 000 Sec. 3.1; paper 001 eqs. 2.3 and 3.2), where :math:`\theta` are
+    (Luo et al. 2018 Sec. 3.1; Karagiannis's SGLD notes eqs. 2.3 and 3.2), where :math:`\theta` are
     the network's weights, :math:`\phi` the likelihood's own parameters (the
     Gaussian log noise variance) and :math:`S` the mini-batch. It is an
     unbiased estimate of the full-data potential :math:`U`.
@@ -90,7 +90,7 @@ class FunctionPotential:
         Initial positions; converted to leaf tensors with ``requires_grad``.
     gradient_noise : float, default=0.0
         Standard deviation of Gaussian noise added to every gradient component,
-        unknown to the sampler (the "noisy gradient" setting of paper 000 Sec. 5.1).
+        unknown to the sampler (the "noisy gradient" setting of Luo et al. 2018 Sec. 5.1).
     generator : torch.Generator, optional
         Source of the gradient noise.
     """
@@ -294,6 +294,31 @@ class ChainPosterior:
             u = u_data.detach() - self.prior.log_prob_chains(net)
             torch._foreach_sub_(grads[: len(net)], prior_grad(net))
         return u, grads
+
+    @property
+    def gibbs_interval(self) -> int | None:
+        """Steps between the prior's Gibbs updates (None: a prior without hyperparameters to update)."""
+        return getattr(self.prior, "gibbs_interval", None) if hasattr(self.prior, "gibbs_update") else None
+
+    def gibbs_update(self, rng):
+        """Resample the prior's hyperparameters given the positions (a prior with ``gibbs_update``, such as
+        :class:`~bayesnet.priors.HierarchicalPrior`); None for a prior without.
+
+        Returns
+        -------
+        (delta_value, delta_grad) or None
+            The change of every member's potential, shape ``(S,)``, and of its gradient, one tensor per
+            parameter (zeros for the likelihood's), for samplers that cache them.
+        """
+        update = getattr(self.prior, "gibbs_update", None)
+        if update is None:
+            return None
+        change = update(self.network_parameters, rng)
+        if change is None:
+            return None
+        delta_value, delta_grad = change
+        rest = [torch.zeros_like(p) for p in self.parameters[len(self.net_names):]]
+        return delta_value, list(delta_grad) + rest
 
     def halves(self, batch):
         """The two halves of a mini-batch (for the warm-up's gradient-noise estimate), or None when ``batch``

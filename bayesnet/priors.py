@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import math
-from numbers import Real
+from numbers import Integral, Real
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["GaussianPrior", "make_prior"]
+__all__ = ["GaussianPrior", "FanInPrior", "HierarchicalPrior", "make_prior", "PRIOR_NAMES", "tempers"]
 
 
 class GaussianPrior:
@@ -28,8 +29,8 @@ class GaussianPrior:
     Notes
     -----
     ``log_prob`` drops the normalising constant :math:`-\tfrac{D}{2}\log(2\pi s^2)`,
-    which does not depend on the weights. This is the weight prior of paper 003
-    eq. (5) (variance :math:`\sigma^2 = s^2`) and of paper 000's experiments.
+    which does not depend on the weights. This is the weight prior of Chandra et al. 2019
+    eq. (5) (variance :math:`\sigma^2 = s^2`) and of Luo et al. 2018's experiments.
     """
 
     def __init__(self, scale: float = 1.0):
@@ -55,18 +56,284 @@ class GaussianPrior:
         return f"GaussianPrior(scale={self.scale!r})"
 
 
-def make_prior(prior: "float | GaussianPrior") -> GaussianPrior:
-    """Turn an estimator's ``prior_scale`` (a float or a prior object) into a prior.
+def _fan_in(shape: Sequence[int]) -> int | None:
+    """Inputs per output unit of a weight tensor of one member's ``shape`` (``(out, in, *kernel)``): the
+    product of all but the first dimension; None for a bias (one dimension)."""
+    if len(shape) < 2:
+        return None
+    return max(1, math.prod(shape[1:]))
+
+
+class FanInPrior:
+    r"""Gaussian prior scaled by each layer's fan-in: :math:`w \sim \mathcal N(0, g^2/n_{in})` for every
+    weight of a layer with :math:`n_{in}` inputs per unit, :math:`b \sim \mathcal N(0, s_b^2)` for biases.
+
+    With inputs of unit variance, every layer's pre-activations then have variance of order one a priori,
+    whatever its width (Neal 1996, Sec. 2.2, scales the hidden-to-output weights so; the "standard
+    parametrisation" priors of Lee et al. 2018 scale every layer so): an isotropic N(0, 1) prior
+    instead makes a unit of a 100-input layer start with pre-activations of variance 100 and lets wide
+    layers diffuse.
+
+    Parameters
+    ----------
+    gain : float, default=1.0
+        :math:`g > 0`: prior sd of a weight times :math:`\sqrt{n_{in}}`.
+    bias_scale : float, default=1.0
+        :math:`s_b > 0`: prior sd of a bias.
+
+    Notes
+    -----
+    A tensor with two or more dimensions, one member's shape ``(out, in, *kernel)``, is a weight with
+    :math:`n_{in}` = the product of all but its first dimension (a convolution's ``in * kernel``, a
+    recurrent layer's ``in`` or ``hidden``); a one-dimensional tensor is a bias. ``log_prob`` drops the
+    normalising constants.
+    """
+
+    def __init__(self, gain: float = 1.0, bias_scale: float = 1.0):
+        for name, v in (("gain", gain), ("bias_scale", bias_scale)):
+            if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}.")
+        self.gain = float(gain)
+        self.bias_scale = float(bias_scale)
+
+    def variances(self, shapes: Sequence[Sequence[int]]) -> list[float]:
+        """Prior variance :math:`c_k` of each tensor's entries, from one member's shapes."""
+        key = tuple(tuple(s) for s in shapes)
+        cache = self.__dict__.setdefault("_variances", {})
+        if key not in cache:
+            cache[key] = [self.bias_scale**2 if _fan_in(s) is None else self.gain**2 / _fan_in(s) for s in key]
+        return cache[key]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_variances", None)
+        return state
+
+    def scales(self, shapes: Sequence[Sequence[int]]) -> list[float]:
+        """Prior sd of each tensor's entries (the square roots of :meth:`variances`)."""
+        return [math.sqrt(v) for v in self.variances(shapes)]
+
+    def log_prob(self, parameters: Sequence[Tensor]) -> Tensor:
+        """``-sum_k |theta_k|^2 / (2 c_k)`` of one member, as a 0-d tensor (differentiable)."""
+        c = self.variances([p.shape for p in parameters])
+        return -0.5 * sum((p * p).sum() / ck for p, ck in zip(parameters, c))
+
+    def log_prob_chains(self, parameters: Sequence[Tensor]) -> Tensor:
+        """``log_prob`` of ``S`` members at once: tensors with a leading member axis -> (S,)."""
+        c = self.variances([p.shape[1:] for p in parameters])
+        return -0.5 * sum((p * p).reshape(p.shape[0], -1).sum(1) / ck for p, ck in zip(parameters, c))
+
+    def grad_log_prob_chains(self, parameters: Sequence[Tensor]) -> list[Tensor]:
+        """Gradient of ``log_prob_chains`` in closed form, ``-theta_k / c_k``."""
+        c = self.variances([p.shape[1:] for p in parameters])
+        return [p * (-1.0 / ck) for p, ck in zip(parameters, c)]
+
+    def __repr__(self) -> str:
+        return f"FanInPrior(gain={self.gain!r}, bias_scale={self.bias_scale!r})"
+
+
+class HierarchicalPrior(FanInPrior):
+    r"""Per-layer precisions with Gamma hyperpriors, resampled by Gibbs steps (automatic relevance
+    determination, Neal 1996, Sec. 2.2 and 3.2; MacKay 1992).
+
+    Every parameter tensor :math:`k` (a layer's weights, its biases) has a precision :math:`\tau_k`:
+
+    .. math::
+
+        \theta_k \mid \tau_k \sim \mathcal N(0, c_k/\tau_k), \qquad
+        \tau_k \sim \mathrm{Gamma}(a, b),
+
+    with :math:`c_k` the fan-in variance of :class:`FanInPrior` (so :math:`\tau = 1` is that prior). Each
+    chain carries its own :math:`\tau` (shape ``(S, K)``); the samplers move :math:`\theta` given
+    :math:`\tau`, and every ``gibbs_interval`` steps :meth:`gibbs_update` draws :math:`\tau` from its exact
+    conditional,
+
+    .. math::
+
+        \tau_k \mid \theta \sim \mathrm{Gamma}\big(a + n_k/2,\ b + |\theta_k|^2/(2 c_k)\big),
+
+    so that the data set each layer's scale. The composition of an exact Gibbs step with a kernel that
+    leaves :math:`p(\theta \mid \tau)` invariant leaves the joint invariant (Neal 1996, Sec. 3.2).
+
+    Only at temperature 1: tempered, the joint :math:`p(\theta, \tau)^{1/T}` of a layer with many weights
+    is improper above :math:`T = 1` (its density grows with the layer's norm) and, below, draws every layer
+    towards zero (its mode in :math:`|\theta_k|^2` is :math:`2bT/(1-T)`); the estimators refuse it with a
+    sampler that tempers.
+
+    Parameters
+    ----------
+    gain, bias_scale : float, default=1.0
+        As :class:`FanInPrior`: the scale at :math:`\tau = 1`.
+    precision_shape : float, default=1.0
+        :math:`a \ge 1`.
+    precision_rate : float, default=1.0
+        :math:`b > 0`. The default :math:`\mathrm{Gamma}(1, 1)` has mean 1 (the fan-in prior) and lets a layer's
+        scale range over orders of magnitude.
+    gibbs_interval : int, default=10
+        Sampler steps between Gibbs updates (a layer's :math:`\tau` given thousands of weights moves little
+        in a step; an update costs a few small operations per tensor).
+
+    Attributes
+    ----------
+    precision : Tensor, shape (S, K), or None
+        The current :math:`\tau` of every member (None until first used: all 1).
+
+    Notes
+    -----
+    The potential includes :math:`\tau`'s terms, :math:`-\log p(\theta_k \mid \tau_k) - \log p(\tau_k) =
+    \tau_k |\theta_k|^2/(2c_k) - (a - 1 + n_k/2)\log\tau_k + b\tau_k`, so that potentials of different
+    members compare (a Metropolis test compares potentials).
+    """
+
+    def __init__(self, gain: float = 1.0, bias_scale: float = 1.0, precision_shape: float = 1.0,
+                 precision_rate: float = 1.0, gibbs_interval: int = 10):
+        super().__init__(gain, bias_scale)
+        if isinstance(gibbs_interval, bool) or not isinstance(gibbs_interval, Integral) or gibbs_interval < 1:
+            raise ValueError(f"gibbs_interval must be an int >= 1, got {gibbs_interval!r}.")
+        self.gibbs_interval = int(gibbs_interval)
+        for name, v, ok, words in (("precision_shape", precision_shape, lambda x: x >= 1, ">= 1"),
+                                   ("precision_rate", precision_rate, lambda x: x > 0, "> 0")):
+            if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v) or not ok(v):
+                raise ValueError(f"{name} must be a finite number {words}, got {v!r}.")
+        self.precision_shape = float(precision_shape)
+        self.precision_rate = float(precision_rate)
+        self.precision: Tensor | None = None
+
+    def _tau(self, parameters: Sequence[Tensor]) -> Tensor:
+        S, K = parameters[0].shape[0], len(parameters)
+        if self.precision is None or self.precision.shape != (S, K):
+            self.precision = torch.ones(S, K, dtype=torch.float64, device=parameters[0].device)
+        return self.precision
+
+    def _factors(self, parameters: Sequence[Tensor]) -> list[Tensor]:
+        """``tau_k / c_k`` per member, shaped to broadcast against each tensor, in its dtype (cached until the
+        precisions change)."""
+        tau = self._tau(parameters)
+        hit = self.__dict__.get("_factor_cache")
+        if hit is None or hit[0] is not tau:
+            c = self.variances([p.shape[1:] for p in parameters])
+            hit = self._factor_cache = (tau, [(tau[:, k] / ck).to(p.dtype).reshape((-1,) + (1,) * (p.ndim - 1))
+                                              for k, (p, ck) in enumerate(zip(parameters, c))])
+        return hit[1]
+
+    def _energy(self, parameters: Sequence[Tensor], tau: Tensor) -> Tensor:
+        """``-log p(theta | tau) - log p(tau)`` per member, (S,), float64 for the tau terms."""
+        c = self.variances([p.shape[1:] for p in parameters])
+        sq = torch.stack([(p * p).reshape(p.shape[0], -1).sum(1).double() / ck for p, ck in zip(parameters, c)], 1)
+        n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
+        return (0.5 * tau * sq - (self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau)
+                + self.precision_rate * tau).sum(1)
+
+    def log_prob(self, parameters: Sequence[Tensor]) -> Tensor:
+        raise TypeError("HierarchicalPrior holds one precision per member: it is evaluated through log_prob_chains "
+                        "(a likelihood with log_likelihood_chains).")
+
+    def log_prob_chains(self, parameters: Sequence[Tensor]) -> Tensor:
+        """``-(energy)`` of ``S`` members, (S,), in the parameters' dtype (differentiable in them)."""
+        tau = self._tau(parameters)
+        quad = sum(-0.5 * f.reshape(-1) * (p * p).reshape(p.shape[0], -1).sum(1)
+                   for f, p in zip(self._factors(parameters), parameters))
+        hit = self.__dict__.get("_rest_cache")
+        if hit is None or hit[0] is not tau:
+            n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
+            rest = ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
+            hit = self._rest_cache = (tau, rest.to(parameters[0].dtype))
+        return quad + hit[1]
+
+    def grad_log_prob_chains(self, parameters: Sequence[Tensor]) -> list[Tensor]:
+        """``-tau_k theta_k / c_k``."""
+        return torch._foreach_mul(list(parameters), [-f for f in self._factors(parameters)])
+
+    @torch.no_grad()
+    def gibbs_update(self, parameters: Sequence[Tensor], rng):
+        r"""Draw every member's :math:`\tau` from its conditional (class docstring). The samplers call it every
+        ``gibbs_interval`` steps.
+
+        Parameters
+        ----------
+        parameters : sequence of Tensor
+            The network's parameters, each ``(S, ...)``.
+        rng : ChainRandom
+            The chains' streams (members ``c * m ... (c + 1) * m - 1`` are chain ``c``'s).
+
+        Returns
+        -------
+        delta_value : Tensor, shape (S,)
+            The change of every member's potential.
+        delta_grad : list of Tensor
+            The change of the potential's gradient, per parameter tensor.
+        """
+        tau_old = self._tau(parameters).clone()
+        c = self.variances([p.shape[1:] for p in parameters])
+        sq = torch.stack([(p * p).reshape(p.shape[0], -1).sum(1).double() / ck for p, ck in zip(parameters, c)], 1)
+        n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=sq.device)
+        shape = (self.precision_shape + 0.5 * n).expand_as(sq).contiguous()
+        rate = self.precision_rate + 0.5 * sq
+        tau = rng.gamma(shape) / rate
+        tau = torch.where(torch.isfinite(tau) & (tau > 0), tau, tau_old)  # a non-finite chain keeps its own
+        before = self._energy(parameters, tau_old)
+        self.precision = tau
+        delta_value = (self._energy(parameters, tau) - before).to(parameters[0].dtype)
+        delta_grad = [p * ((tau[:, k] - tau_old[:, k]).to(p.dtype) / ck).reshape((-1,) + (1,) * (p.ndim - 1))
+                      for k, (p, ck) in enumerate(zip(parameters, c))]
+        return delta_value, delta_grad
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_factor_cache", None)
+        state.pop("_rest_cache", None)
+        return state
+
+    def __repr__(self) -> str:
+        return (f"HierarchicalPrior(gain={self.gain!r}, bias_scale={self.bias_scale!r}, "
+                f"precision_shape={self.precision_shape!r}, precision_rate={self.precision_rate!r}, "
+                f"gibbs_interval={self.gibbs_interval!r})")
+
+
+#: the names ``prior_scale`` accepts besides a number or a prior object ("auto" is resolved by :func:`make_prior`)
+PRIOR_NAMES = {"fan_in": FanInPrior, "hierarchical": HierarchicalPrior}
+
+
+def tempers(sampler) -> bool:
+    """Whether ``sampler`` samples at any temperature other than 1 (its ``temperature_range``)."""
+    return sampler is not None and tuple(float(t) for t in sampler.temperature_range()) != (1.0, 1.0)
+
+
+def make_prior(prior: "float | str | object", sampler=None):
+    """Turn an estimator's ``prior_scale`` into a prior.
+
+    A float is :class:`GaussianPrior` (that sd on every weight); "fan_in" is :class:`FanInPrior`;
+    "hierarchical" is :class:`HierarchicalPrior`; "auto" is "hierarchical" for a ``sampler`` that samples
+    at temperature 1 throughout and "fan_in" for one that tempers (a tempered hierarchical prior is
+    improper above temperature 1). An object with ``log_prob`` is copied (a fit's own: a prior may keep
+    per-chain state).
 
     Raises
     ------
     ValueError
-        If a float is not finite and positive.
+        If a float is not finite and positive, a string is not one of the names, or "hierarchical" is asked
+        of a sampler that tempers.
     TypeError
-        If ``prior`` is neither a number nor an object with ``log_prob``.
+        If ``prior`` is none of these.
     """
     if hasattr(prior, "log_prob"):
-        return prior  # type: ignore[return-value]
-    if isinstance(prior, Real) and not isinstance(prior, bool):
+        prior = copy.deepcopy(prior)
+    elif isinstance(prior, str):
+        if prior == "auto":
+            prior = "fan_in" if tempers(sampler) else "hierarchical"
+        if prior not in PRIOR_NAMES:
+            raise ValueError(f"prior_scale must be a positive float, 'auto', one of {sorted(PRIOR_NAMES)} or a prior "
+                             f"object, got {prior!r}.")
+        prior = PRIOR_NAMES[prior]()
+    elif isinstance(prior, Real) and not isinstance(prior, bool):
         return GaussianPrior(float(prior))
-    raise TypeError(f"prior_scale must be a positive float or a prior object with log_prob(), got {prior!r}.")
+    else:
+        raise TypeError(f"prior_scale must be a positive float, 'auto', one of {sorted(PRIOR_NAMES)} or a prior object "
+                        f"with log_prob(), got {prior!r}.")
+    if hasattr(prior, "gibbs_update") and tempers(sampler):
+        low, high = sampler.temperature_range()
+        raise ValueError(f"a hierarchical prior needs the sampler at temperature 1 throughout; {sampler.name} samples "
+                         f"at temperatures {low:g} to {high:g} (a tempered hierarchical prior is improper above 1 and "
+                         "shrinks every layer below). Use prior_scale='auto', 'fan_in' or a number, or an "
+                         "untempered sampler.")
+    return prior

@@ -147,7 +147,7 @@ def _fit_settings(args) -> dict:
     try:
         # the estimator's scikit-learn parameter constraints (private; partial_fit checks them again anyway)
         getattr(est, "_validate_hyperparameters", lambda: None)()
-        make_prior(params["prior_scale"])
+        make_prior(params["prior_scale"], make_sampler(sampler, **sampler_params))
     except (TypeError, ValueError) as exc:
         error(_cli_words(str(exc), given))
     if str(params["device"]).startswith("cuda"):

@@ -68,7 +68,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         "n_jobs": [Integral, None],
         "burn_in": [Interval(Integral, 0, None, closed="left")],
         "thinning": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "prior_scale": [Interval(Real, 0, None, closed="neither"), object],
+        "prior_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto", "fan_in", "hierarchical"}),
+                        object],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "max_epochs": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": ["random_state"],
@@ -76,7 +77,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     }
 
     def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
-                 prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
+                 prior_scale="auto", batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  callbacks=None, warm_start=False, **kwargs):
         kwargs.setdefault("module", None)
         kwargs.setdefault("criterion", None)

@@ -14,7 +14,7 @@ from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
 __all__ = ["CNN", "BayesianCNNClassifier", "BayesianCNNRegressor"]
 
 _ARCH_DOC = """
-    The defaults are paper 000 Sec. 5.2's CIFAR-10 network: two 3x3
+    The defaults are Luo et al. 2018 Sec. 5.2's CIFAR-10 network: two 3x3
     convolutions with 16 channels, ReLU, 2x2 pooling, dense 100, output.
 
     Parameters
@@ -87,7 +87,7 @@ class BayesianCNNClassifier(BayesianClassifierMixin, _CNNNet):
 
     def __init__(self, channels=(16, 16), kernel_size=3, dense_layer_sizes=(100,), pool_size=2, activation="relu",
                  input_shape=None, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1,
-                 n_jobs=None, prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu", random_state=None,
+                 n_jobs=None, prior_scale="auto", batch_size="auto", max_epochs=None, device="cpu", random_state=None,
                  verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
                          n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,
@@ -106,7 +106,7 @@ class BayesianCNNRegressor(BayesianRegressorMixin, _CNNNet):
 
     def __init__(self, channels=(16, 16), kernel_size=3, dense_layer_sizes=(100,), pool_size=2, activation="relu",
                  input_shape=None, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1,
-                 n_jobs=None, prior_scale=1.0, noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None,
+                 n_jobs=None, prior_scale="auto", noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None,
                  device="cpu", random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
                          n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,

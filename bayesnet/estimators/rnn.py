@@ -16,7 +16,7 @@ _ARCH_DOC = """
     n_timesteps)`` for univariate sequences (the output of
     :class:`bayesnet.TakensEmbedding` or of
     :func:`bayesnet.make_forecasting_windows`); prediction needs the same
-    ``n_timesteps`` as ``fit``. The defaults are paper 000 Sec. 5.2's RNN:
+    ``n_timesteps`` as ``fit``. The defaults are Luo et al. 2018 Sec. 5.2's RNN:
     LSTM with 128 units, ReLU, dense 64 with ReLU, output.
 
     Parameters
@@ -59,7 +59,7 @@ class BayesianRNNClassifier(BayesianClassifierMixin, _RNNNet):
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
                  sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
-                 prior_scale=1.0, batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
+                 prior_scale="auto", batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
                          n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,
@@ -77,7 +77,7 @@ class BayesianRNNRegressor(BayesianRegressorMixin, _RNNNet):
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
                  sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
-                 prior_scale=1.0, noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None, device="cpu",
+                 prior_scale="auto", noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None, device="cpu",
                  random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
                          n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,

@@ -1,0 +1,180 @@
+"""The weight priors: fan-in scaling, the hierarchical prior's exact Gibbs step, ``prior_scale`` resolution, and
+the per-chain Gamma numbers the Gibbs step draws."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from bayesnet.diagnostics import effective_sample_size
+from bayesnet.priors import FanInPrior, GaussianPrior, HierarchicalPrior, make_prior
+from bayesnet.samplers import ChainRandom, make_sampler
+
+
+def test_fan_in_variances_follow_each_layer():
+    """``g^2 / n_in`` for a dense weight ``(out, in)`` and a convolution ``(out, in, k, k)``; ``s_b^2`` for a
+    bias."""
+    prior = FanInPrior(gain=2.0, bias_scale=0.5)
+    assert prior.variances([(16, 30), (16,), (8, 3, 5, 5), (8,)]) == pytest.approx(
+        [4.0 / 30, 0.25, 4.0 / 75, 0.25])
+
+
+@pytest.mark.parametrize("prior", [FanInPrior(1.5, 0.7), HierarchicalPrior(1.5, 0.7)], ids=["fan_in", "hier"])
+def test_closed_form_gradient_matches_autograd(prior):
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.randn(3, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True),
+              torch.randn(3, 4, generator=gen, dtype=torch.float64, requires_grad=True)]
+    if isinstance(prior, HierarchicalPrior):
+        prior.precision = torch.rand(3, 2, generator=gen, dtype=torch.float64) + 0.5
+    value = prior.log_prob_chains(params)
+    auto = torch.autograd.grad(value.sum(), params)
+    for a, b in zip(auto, prior.grad_log_prob_chains([p.detach() for p in params])):
+        torch.testing.assert_close(a, b)
+
+
+def test_gibbs_draws_the_precision_from_its_conditional():
+    """For fixed weights, the drawn ``tau_k`` of many members has the moments of
+    ``Gamma(a + n_k/2, b + |theta_k|^2 / (2 c_k))``, each within 5 standard errors."""
+    S = 4000
+    prior = HierarchicalPrior(gain=1.0, bias_scale=2.0, precision_shape=2.0, precision_rate=0.5)
+    gen = torch.Generator().manual_seed(1)
+    one = [torch.randn(6, 3, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)]
+    params = [p.expand((S,) + p.shape).contiguous() for p in one]
+    prior.gibbs_update(params, ChainRandom(0, S))
+    tau = prior.precision.numpy()
+    for k, (p, c) in enumerate(zip(one, [1.0 / 3, 4.0])):
+        shape, rate = 2.0 + p.numel() / 2, 0.5 + float((p * p).sum()) / (2 * c)
+        mean, var = shape / rate, shape / rate**2
+        assert abs(tau[:, k].mean() - mean) < 5 * math.sqrt(var / S)
+        assert abs(tau[:, k].var() - var) < 5 * var * math.sqrt(2.0 / S) * 2
+
+
+def test_gibbs_reports_the_change_of_the_potential():
+    """``gibbs_update`` returns the change of every member's potential and gradient, which samplers that cache
+    them apply: they equal the difference of the prior's values before and after."""
+    prior = HierarchicalPrior()
+    gen = torch.Generator().manual_seed(2)
+    params = [torch.randn(4, 5, 3, generator=gen, dtype=torch.float64),
+              torch.randn(4, 5, generator=gen, dtype=torch.float64)]
+    before_u, before_g = -prior.log_prob_chains(params), [-g for g in prior.grad_log_prob_chains(params)]
+    dv, dg = prior.gibbs_update(params, ChainRandom(3, 4))
+    after_u, after_g = -prior.log_prob_chains(params), [-g for g in prior.grad_log_prob_chains(params)]
+    torch.testing.assert_close(dv, after_u - before_u)
+    for d, a, b in zip(dg, after_g, before_g):
+        torch.testing.assert_close(d, a - b)
+
+
+class _PriorOnly:
+    """The potential ``-log p(theta, tau)`` of a hierarchical prior alone (no data), with its Gibbs step."""
+
+    def __init__(self, prior, S, n, gibbs_interval=2):
+        self.prior = prior
+        self.parameters = [torch.randn(S, n, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+                           .requires_grad_(True)]
+        self.gibbs_interval = gibbs_interval
+
+    def value(self, batch=None):
+        return -self.prior.log_prob_chains(self.parameters)
+
+    def value_and_grad(self, batch=None):
+        with torch.no_grad():
+            return self.value(), [-g for g in self.prior.grad_log_prob_chains(self.parameters)]
+
+    def gibbs_update(self, rng):
+        return self.prior.gibbs_update([p.detach() for p in self.parameters], rng)
+
+
+class _WrongShape(HierarchicalPrior):
+    """A Gibbs step from the wrong conditional (shape ``a + n`` instead of ``a + n/2``): the power check."""
+
+    @torch.no_grad()
+    def gibbs_update(self, parameters, rng):
+        n = parameters[0][0].numel()
+        sq = (parameters[0] * parameters[0]).reshape(parameters[0].shape[0], -1).sum(1, keepdim=True).double()
+        tau_old = self._tau(parameters).clone()
+        before = self._energy(parameters, tau_old)
+        self.precision = rng.gamma(torch.full_like(sq, self.precision_shape + n)) / (self.precision_rate + 0.5 * sq)
+        delta = (self._energy(parameters, self.precision) - before).to(parameters[0].dtype)
+        return delta, [parameters[0] * (self.precision - tau_old).to(parameters[0].dtype)]
+
+
+def _joint_errors(prior, S=256, n=4, steps=1500, burn=300):
+    """HMC on ``theta | tau`` alternated with the Gibbs step on ``tau | theta``, prior only: the z-scores of the
+    draws' ``E[tau]`` and ``E[theta^2]`` against the marginal values ``a/b`` and ``b/(a-1)`` (the weights'
+    marginal is a Student t), with standard errors from the measured ESS."""
+    pot = _PriorOnly(prior, S, n)
+    sampler = make_sampler("hmc", step_size=0.3, n_leapfrog=8, adaptation_steps=0)
+    state = sampler.init(pot.parameters, ChainRandom(5, S), n_chains=S)
+    taus, squares = [], []
+    for k in range(steps):
+        state, _ = sampler.step(state, pot, None)
+        if k >= burn:
+            taus.append(prior.precision[:, 0].numpy().copy())
+            squares.append((pot.parameters[0].detach() ** 2).mean(1).numpy().copy())
+    a, b = prior.precision_shape, prior.precision_rate
+    z = {}
+    for name, draws, expected in (("tau", np.stack(taus, 1), a / b), ("theta2", np.stack(squares, 1), b / (a - 1))):
+        ess = effective_sample_size(draws)
+        z[name] = (draws.mean() - expected) / (draws.std() / math.sqrt(ess))
+    return z
+
+
+@pytest.mark.slow
+def test_gibbs_within_hmc_keeps_the_joint_hierarchical_prior():
+    """The composition of the exact Gibbs step with HMC leaves ``p(theta, tau)`` invariant: with no data the
+    draws have the prior's marginal moments (within 4 ESS-based standard errors), and a Gibbs step from the
+    wrong conditional fails the same check."""
+    z = _joint_errors(HierarchicalPrior(bias_scale=1.0, precision_shape=3.0, precision_rate=3.0, gibbs_interval=2))
+    assert abs(z["tau"]) < 4 and abs(z["theta2"]) < 4, z
+    wrong = _joint_errors(_WrongShape(bias_scale=1.0, precision_shape=3.0, precision_rate=3.0, gibbs_interval=2))
+    assert abs(wrong["tau"]) > 4, wrong
+
+
+def test_prior_scale_resolution():
+    """"auto" is hierarchical for a sampler at temperature 1 and fan-in for one that tempers; "hierarchical"
+    with a tempering sampler is refused; a number is the isotropic prior; a prior object is copied."""
+    assert type(make_prior("auto", make_sampler("sghmc"))) is HierarchicalPrior
+    assert type(make_prior("auto", make_sampler("pt-langevin"))) is FanInPrior
+    assert type(make_prior("auto", make_sampler("tacthmc"))) is FanInPrior
+    assert type(make_prior("auto", make_sampler("sghmc", temperature=0.5))) is FanInPrior
+    assert type(make_prior("fan_in", make_sampler("sghmc"))) is FanInPrior
+    with pytest.raises(ValueError, match="temperature 1 throughout"):
+        make_prior("hierarchical", make_sampler("pt-langevin"))
+    with pytest.raises(ValueError, match="prior_scale"):
+        make_prior("wide", make_sampler("sghmc"))
+    with pytest.raises(TypeError, match="prior_scale"):
+        make_prior([1.0], make_sampler("sghmc"))
+    assert make_prior(0.3).scale == 0.3
+    mine = HierarchicalPrior()
+    assert make_prior(mine, make_sampler("sgld")) is not mine
+
+
+def test_invalid_prior_hyperparameters_are_refused():
+    for kwargs in (dict(gain=0.0), dict(bias_scale=float("nan")), dict(precision_shape=0.5),
+                   dict(precision_rate=-1.0), dict(gibbs_interval=0)):
+        with pytest.raises(ValueError):
+            HierarchicalPrior(**kwargs)
+    with pytest.raises(ValueError):
+        GaussianPrior(float("inf"))
+
+
+@pytest.mark.parametrize("shape", [1.0, 2.5, 12.0])
+def test_chain_gamma_has_the_gamma_distribution(shape):
+    """Marsaglia-Tsang from the chains' pools: a Kolmogorov-Smirnov test against Gamma(shape, 1) passes, and
+    fails against Gamma(1.1 shape, 1) (the power check)."""
+    draws = ChainRandom(7, 8).gamma(torch.full((8, 1000), shape, dtype=torch.float64)).numpy().ravel()
+    assert stats.kstest(draws, stats.gamma(shape).cdf).pvalue > 1e-3
+    assert stats.kstest(draws, stats.gamma(1.1 * shape).cdf).pvalue < 1e-3
+
+
+def test_chain_gamma_is_per_chain():
+    """Chain 0's numbers do not depend on how many chains draw beside it; shapes below 1 are refused."""
+    one = ChainRandom(11, 1).gamma(torch.full((1, 5), 3.0, dtype=torch.float64))
+    four = ChainRandom(11, 4).gamma(torch.full((4, 5), 3.0, dtype=torch.float64))
+    torch.testing.assert_close(one[0], four[0])
+    with pytest.raises(ValueError, match=">= 1"):
+        ChainRandom(0, 1).gamma(torch.tensor([0.5]))
