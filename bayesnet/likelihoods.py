@@ -21,7 +21,7 @@ __all__ = ["CategoricalLikelihood", "GaussianLikelihood"]
 class CategoricalLikelihood(nn.Module):
     r"""Categorical likelihood on logits: :math:`\log p(y|x,\theta) = \log\mathrm{softmax}(f_\theta(x))_y`.
 
-    The multinomial model of paper 003 Sec. 3.2 (eqs. 6-7) with a softmax link.
+    The multinomial model of Chandra et al. 2019 Sec. 3.2 (eqs. 6-7) with a softmax link.
     """
 
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
@@ -34,8 +34,12 @@ class CategoricalLikelihood(nn.Module):
 
     def log_likelihood_chains(self, logits: Tensor, y: Tensor, parameters=()) -> Tensor:
         """Summed log-likelihood of ``S`` members at once: ``logits`` (S, n, K), ``y`` (n,) -> (S,)."""
+        return self.pointwise_log_likelihood(logits, y, parameters).sum(1)
+
+    def pointwise_log_likelihood(self, logits: Tensor, y: Tensor, parameters=()) -> Tensor:
+        """Each row's log-likelihood under each of ``S`` members: ``logits`` (S, n, K), ``y`` (n,) -> (S, n)."""
         S, n, K = logits.shape  # one expression for every S: a member's value does not depend on S
-        return -F.cross_entropy(logits.reshape(S * n, K), y.repeat(S), reduction="none").view(S, n).sum(1)
+        return -F.cross_entropy(logits.reshape(S * n, K), y.repeat(S), reduction="none").view(S, n)
 
     def log_prior_chains(self, parameters=()) -> Tensor | float:
         """0 for every member."""
@@ -54,7 +58,7 @@ class GaussianLikelihood(nn.Module):
     with the weights, under an inverse-gamma prior
     :math:`\sigma_k^2 \sim \mathrm{IG}(a, b)`. In :math:`\gamma` the prior
     density, Jacobian included, is :math:`\log p(\gamma) = -a\gamma - b e^{-\gamma} + c`
-    (paper 001 Sec. 4; paper 003 eq. 5 with :math:`\nu_1 = a - 1`,
+    (Karagiannis's SGLD notes Sec. 4; Chandra et al. 2019 eq. 5 with :math:`\nu_1 = a - 1`,
     :math:`\nu_2 = b`).
 
     Parameters
@@ -62,7 +66,7 @@ class GaussianLikelihood(nn.Module):
     n_outputs : int, default=1
         Number of target columns; each has its own noise variance.
     noise_shape : float, default=1.0
-        Inverse-gamma shape :math:`a > 0` (paper 001 uses 1).
+        Inverse-gamma shape :math:`a > 0` (Karagiannis's SGLD notes uses 1).
     noise_scale : float, default=0.1
         Inverse-gamma scale :math:`b > 0`, in target units squared (targets are
         standardised by the regressors, so 0.1 puts the prior mode of
@@ -99,6 +103,14 @@ class GaussianLikelihood(nn.Module):
         n, k = y.shape
         resid2 = (y - mean).square().sum(1)  # (S, k)
         return -0.5 * (n * (gamma.sum(1) + k * math.log(2 * math.pi)) + (resid2 * torch.exp(-gamma)).sum(1))
+
+    def pointwise_log_likelihood(self, mean: Tensor, y: Tensor, parameters) -> Tensor:
+        """Each row's log-likelihood under each of ``S`` members: ``mean`` (S, n, k), ``y`` (n, k),
+        ``parameters`` = ``[log_noise_variance (S, k)]`` -> (S, n)."""
+        (gamma,) = parameters
+        k = y.shape[1]
+        resid2 = (y - mean).square() * torch.exp(-gamma).unsqueeze(1)  # (S, n, k)
+        return -0.5 * (gamma.sum(1, keepdim=True) + k * math.log(2 * math.pi) + resid2.sum(2))
 
     def log_prior_chains(self, parameters) -> Tensor:
         """The inverse-gamma log prior of every member, ``[log_noise_variance (S, k)]`` -> (S,)."""

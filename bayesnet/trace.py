@@ -431,6 +431,12 @@ class StepStats:
                 out[key] = int(round(value)) if stat.reduce == "sum" and np.isfinite(value) else value
         return out
 
+    def member_means(self, name: str) -> np.ndarray | None:
+        """The mean of field ``name`` over the summarised steps, per member, shape ``(S,)`` (None before any)."""
+        if self.n_summarised == 0 or name not in self.names:
+            return None
+        return self._sum[self.names.index(name)].cpu().numpy() / self.n_summarised
+
     def __getstate__(self):
         state = self.__dict__.copy()
         for key in ("_ring", "_sum", "_max", "_last"):

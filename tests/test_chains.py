@@ -179,7 +179,7 @@ def test_estimator_chains_are_vectorised_and_diagnosed(iris):
     clf = BayesianMLPClassifier(n_chains=3, **kw).fit(X, y)
     assert clf.posterior_.parameters[0].shape == (3, 8, 4)
     assert clf.trace_.n_slots == 3 and len(clf.trace_) == 60 and clf.predict_draws(X).shape == (60, 150, 3)
-    assert set(clf.convergence_) == {"potential", "projection_0", "projection_1", "projection_2"}
+    assert set(clf.convergence_) == {"log_likelihood", "pointwise_log_likelihood", "potential"}
     assert clf.diagnostics_["max_rhat"] >= 1.0 and clf.diagnostics_["min_ess_bulk"] > 0
     assert clf.score(X, y) > 0.85
     # chains start apart and stay distinct; the same seed gives the same chains

@@ -9,7 +9,7 @@ CLASSIFIER_DOC = """
 REGRESSOR_DOC = """
 
     The likelihood is Gaussian with an observation-noise variance that is
-    sampled too (inverse-gamma prior, paper 001 Sec. 4, paper 003 eq. 5), so
+    sampled too (inverse-gamma prior, Karagiannis's SGLD notes Sec. 4, Chandra et al. 2019 eq. 5), so
     predictive intervals include aleatoric noise. Targets are standardised
     internally and predictions mapped back.
     """
@@ -29,7 +29,14 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         or walker for pt-langevin and eqn) for prediction; predictions average
         the draws of all chains.
     burn_in : int, default=1000
-        Sampler steps (mini-batches) discarded at the start.
+        Sampler steps (mini-batches) discarded at the start. They are the
+        warm-up (:mod:`bayesnet.samplers.warmup`): with the samplers'
+        default ``step_size="auto"`` the diagonal mass matrix and each
+        chain's step size are adapted during them and frozen afterwards,
+        so the kept draws come from one fixed kernel. Below 200 steps the
+        warm-up cannot settle and a ``ConvergenceWarning`` says so. An
+        explicit ``sampler__step_size`` is used as given (no mass matrix
+        unless ``sampler__preconditioner`` asks for one).
     thinning : int or "auto", default="auto"
         Keep every ``thinning``-th candidate step after burn-in (every step
         is a candidate, except for tacthmc, which offers only the steps at
@@ -49,9 +56,22 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         ``joblib.parallel_config(backend="dask")`` on a dask cluster) and
         merge their draws; None keeps all chains vectorised in this process.
         Each group is vectorised in its worker.
-    prior_scale : float or prior object, default=1.0
-        Standard deviation of the isotropic Gaussian prior on every weight
-        and bias (or an object with ``log_prob(parameters)``).
+    prior_scale : {"auto", "hierarchical", "fan_in"}, float or prior object, default="auto"
+        The prior on the network's weights (:mod:`bayesnet.priors`).
+        "hierarchical": one precision per parameter tensor with a
+        ``Gamma(1, 1)`` hyperprior, resampled from its exact conditional by
+        a Gibbs step every 10 sampler steps, so that the data set each
+        layer's scale (Neal 1996's automatic relevance determination);
+        given the precision ``tau`` a weight is ``N(0, 1 / (tau n_in))``
+        with ``n_in`` its layer's fan-in. "fan_in": that prior at
+        ``tau = 1``. "auto" is "hierarchical" for a sampler at temperature 1
+        and "fan_in" for a sampler that tempers (tacthmc, pt-langevin, or
+        ``sampler__temperature`` other than 1), where a hierarchical prior
+        is improper. A float is the sd of an isotropic Gaussian on every
+        weight and bias (the papers' prior); an object with
+        ``log_prob(parameters)`` is used as given. An explicit choice always
+        overrides "auto". Raises ValueError for "hierarchical" with a
+        sampler that tempers.
     batch_size : int or "auto", default="auto"
         Mini-batch size; -1 for full-batch gradients; "auto" is 128 rows for
         the stochastic-gradient samplers and the full batch for ``hmc``.
@@ -91,10 +111,18 @@ ATTRIBUTES_DOC = """
         The retained draws, one slot per chain (per replica/walker for
         pt-langevin and eqn); ``trace_.as_array()`` is (n_slots, n_draws, D).
     convergence_ : dict
-        ``{"potential" | "projection_k": {"rhat": float, "ess_bulk": float}}``:
-        rank-normalised split R-hat and bulk effective sample size (Vehtari
-        et al. 2021) of the potential and of three fixed random projections
-        of the weights, over the draws of all chains.
+        Convergence in function space, over the draws of all chains
+        (rank-normalised split R-hat and bulk/tail ESS, Vehtari et al.
+        2021): ``"log_likelihood"`` of 256 fixed training rows
+        (``check_rows_``) summed, ``{"rhat", "ess_bulk", "ess_tail"}``;
+        ``"pointwise_log_likelihood"``, the same per row for 64 of them,
+        ``{"rhat": 90th percentile, "ess_bulk": 10th percentile, "rows"}``;
+        and ``"potential"``. Weights themselves are not checked: hidden
+        units are exchangeable, so equivalent modes would look unconverged.
+        A ``ConvergenceWarning`` names the figure when R-hat exceeds 1.1,
+        the log-likelihood's bulk ESS is below 10, a chain's kinetic
+        temperature after burn-in is off its target, the warm-up did not
+        settle, or fewer draws than asked for were kept.
     shards_ : list of estimators or None
         With ``n_jobs``: the per-process estimators whose draws were merged.
     diagnostics_ : dict
@@ -102,7 +130,8 @@ ATTRIBUTES_DOC = """
         ``potential``, ``kinetic_temperature`` (samplers with momentum; about
         ``temperature`` when the step size is right), ``thermostat`` (sgnht),
         ``acceptance_rate`` and ``n_divergent`` (hmc), ``n_steps``, and
-        ``max_rhat``/``min_ess_bulk`` over ``convergence_``; pt-langevin adds
+        ``max_rhat``/``min_ess_bulk`` over ``convergence_`` (function-space
+        quantities only); pt-langevin adds
         its acceptance and swap rates.
     history_ : skorch History
         Per step: ``potential``, ``kinetic_energy``, ``kinetic_temperature``

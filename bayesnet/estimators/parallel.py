@@ -136,7 +136,7 @@ def merge(net, shards, lost_chains=()) -> None:
     first = shards[0]
     for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
                  "input_shape_", "device_", "prior_", "sampler_", "n_train_", "history_", "plan_", "seed_",
-                 "data_fingerprint_", "fit_params_"):
+                 "data_fingerprint_", "fit_params_", "check_rows_"):
         if attr in vars(first):
             setattr(net, attr, getattr(first, attr))
     with net._current_init_context("module"):
@@ -160,13 +160,11 @@ def merge(net, shards, lost_chains=()) -> None:
             summary[key] = int(round(mean)) if isinstance(val, (int, np.integer)) else mean
         elif all(isinstance(v, (list, np.ndarray)) and len(v) == len(val) for v in values):
             summary[key] = (weights @ np.asarray(values, dtype=float)).tolist()
-    from .run import convergence
+    from .run import convergence, worst_convergence
 
     net.convergence_ = convergence(net)
     summary.pop("max_rhat", None), summary.pop("min_ess_bulk", None)
-    if net.convergence_:
-        summary["max_rhat"] = max(v["rhat"] for v in net.convergence_.values())
-        summary["min_ess_bulk"] = min(v["ess_bulk"] for v in net.convergence_.values())
+    summary.update(worst_convergence(net.convergence_))
     net.diagnostics_ = summary
     statuses = [shard.fit_status_ for shard in shards]
     diverged = {c: d for s in statuses for c, d in s["diverged_chains"].items()}
