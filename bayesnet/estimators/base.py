@@ -24,7 +24,7 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..predictive import PosteriorPredictive
-from ..samplers import Sampler, available_samplers, sampler_class
+from ..samplers import DEFAULT_SAMPLER, Sampler, available_samplers, sampler_class
 from . import run
 from .callbacks import DivergenceMonitor, DrawQuota, SamplingProgressBar
 from .parallel import fit_groups, n_groups
@@ -76,7 +76,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
+    def __init__(self, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
                  prior_scale="auto", batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  callbacks=None, warm_start=False, **kwargs):
         kwargs.setdefault("module", None)

@@ -6,6 +6,7 @@ from ..networks import MLP
 from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
+from ..samplers import DEFAULT_SAMPLER
 
 __all__ = ["MLP", "BayesianMLPClassifier", "BayesianMLPRegressor"]
 
@@ -29,7 +30,7 @@ class BayesianMLPClassifier(BayesianClassifierMixin, _MLPNet):
     __doc__ = estimator_doc("Bayesian MLP classifier fitted by sampling the posterior over its weights.",
                             "classifier", _ARCH_DOC)
 
-    def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
+    def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler=DEFAULT_SAMPLER, n_draws=100,
                  burn_in=1000, thinning="auto", n_chains=1, n_jobs=None, prior_scale="auto", batch_size="auto",
                  max_epochs=None, device="cpu",
                  random_state=None, verbose=0, **kwargs):
@@ -45,7 +46,7 @@ class BayesianMLPRegressor(BayesianRegressorMixin, _MLPNet):
     __doc__ = estimator_doc("Bayesian MLP regressor fitted by sampling the posterior over its weights and noise.",
                             "regressor", _ARCH_DOC)
 
-    def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler="sghmc", n_draws=100,
+    def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler=DEFAULT_SAMPLER, n_draws=100,
                  burn_in=1000, thinning="auto", n_chains=1, n_jobs=None, prior_scale="auto", noise_shape=1.0,
                  noise_scale=0.1, batch_size="auto",
                  max_epochs=None, device="cpu", random_state=None, verbose=0, **kwargs):

@@ -8,6 +8,7 @@ from ..networks import RNN
 from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
+from ..samplers import DEFAULT_SAMPLER
 
 __all__ = ["RNN", "BayesianRNNClassifier", "BayesianRNNRegressor"]
 
@@ -58,7 +59,7 @@ class BayesianRNNClassifier(BayesianClassifierMixin, _RNNNet):
                             "classifier", _ARCH_DOC)
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
-                 sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
+                 sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
                  prior_scale="auto", batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
@@ -76,7 +77,7 @@ class BayesianRNNRegressor(BayesianRegressorMixin, _RNNNet):
                             "regressor", _ARCH_DOC)
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
-                 sampler="sghmc", n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
+                 sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
                  prior_scale="auto", noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None, device="cpu",
                  random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,

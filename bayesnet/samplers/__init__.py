@@ -2,7 +2,8 @@
 
 Use :func:`make_sampler` (or the estimators' ``sampler=`` parameter) with one
 of :func:`available_samplers`. :mod:`.base` holds the contract every kernel
-follows; :mod:`.random` the per-chain random streams.
+follows, :mod:`.registry` the names, :mod:`.random` the per-chain random streams, :mod:`.warmup` the
+adaptation during burn-in (from the estimates of :mod:`.estimates`), :mod:`.tempering` the replica exchange.
 """
 
 from ..plan import ChainLayout, RunPlan
@@ -14,6 +15,9 @@ from .base import (
     SamplerState,
     Stat,
     StepInfo,
+)
+from .registry import (
+    DEFAULT_SAMPLER,
     available_samplers,
     get_sampler_class,
     make_sampler,
@@ -32,6 +36,7 @@ from .pt_langevin import PTLangevin
 from .eqn import EQN
 
 __all__ = [
+    "DEFAULT_SAMPLER",
     "ChainLayout",
     "ChainRandom",
     "DivergenceError",

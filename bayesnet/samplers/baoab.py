@@ -12,7 +12,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
-from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo, register_sampler
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo
+from .registry import register_sampler
 from .integrators import baoab_step, chain_numel, momentum_views, normal_flat
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, member_view, regrad, views

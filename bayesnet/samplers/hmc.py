@@ -13,7 +13,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
-from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, register_sampler
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
+from .registry import register_sampler
 from .integrators import chain_numel, momentum_views, normal_flat
 from .random import ChainRandom
 from .warmup import Preconditioner, views

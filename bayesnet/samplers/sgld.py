@@ -11,7 +11,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
-from .base import Potential, Sampler, SamplerState, StepInfo, register_sampler
+from .base import Potential, Sampler, SamplerState, StepInfo
+from .registry import register_sampler
 from .integrators import gaussian_like
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, views
