@@ -1,0 +1,71 @@
+"""The function-space convergence checks and the ConvergenceWarnings they raise: none on a healthy fit, one with
+the right figure on a deliberately broken one."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+from bayesnet import BayesianMLPClassifier
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def _fit(data, **params):
+    X, y = data
+    est = BayesianMLPClassifier(hidden_layer_sizes=(4,), random_state=0, **params)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X, y)
+    return est, [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def test_a_healthy_fit_raises_no_warning(iris):
+    """Exact HMC on a small network, two chains: function-space R-hat near 1 and enough effective draws, so
+    nothing is raised; the checks are computed on the log-likelihood of fixed training rows."""
+    est, messages = _fit(iris, sampler="hmc", n_chains=2, burn_in=300, n_draws=100, thinning=2)
+    assert messages == []
+    conv = est.convergence_
+    assert set(conv) >= {"log_likelihood", "pointwise_log_likelihood"}
+    assert conv["log_likelihood"]["rhat"] < 1.1 and conv["log_likelihood"]["ess_bulk"] >= 10
+    assert len(est.check_rows_[1]) == len(iris[1])  # (X, y) of 256 rows at most: all 150 here
+    assert est.sampler_state_.warmup_report["settled"]
+
+
+def test_a_burn_in_too_short_warns_and_names_burn_in(iris):
+    est, messages = _fit(iris, sampler="hmc", n_chains=2, burn_in=20, n_draws=20, thinning=1)
+    settle = [m for m in messages if "did not settle" in m]
+    assert settle and "Increase burn_in (now 20)" in settle[0]
+    assert not est.sampler_state_.warmup_report["settled"]
+
+
+def test_a_step_far_too_large_warns_that_the_chain_ran_hot(iris):
+    """An explicit SGHMC step size far above the stable one (the warm-up picks about 1e-3 here): the chain does
+    not diverge but runs hot, and the warning gives its measured kinetic temperature and names the setting."""
+    est, messages = _fit(iris, sampler__step_size=3e-2, burn_in=300, n_draws=50, batch_size=32)
+    hot = [m for m in messages if "ran hot" in m]
+    assert hot, messages
+    figure = float(re.search(r"averaged ([0-9.e+-]+) after burn-in", hot[0]).group(1))
+    measured = est.step_stats_.member_means("kinetic_temperature")
+    assert figure == pytest.approx(float(np.max(measured)), rel=1e-2) and figure > 2
+    assert "sampler__step_size=0.03" in hot[0]
+
+
+def test_too_few_effective_draws_warn(iris):
+    """SGHMC stopped after a short run: few effective draws of the training log-likelihood, and the warning
+    says how many."""
+    est, messages = _fit(iris, burn_in=300, n_draws=20, thinning=1)
+    ess = est.convergence_["log_likelihood"]["ess_bulk"]
+    assert ess < 10
+    low = [m for m in messages if m.startswith("only")]
+    assert low and f"only {ess:.1f} effective draws" in low[0]
