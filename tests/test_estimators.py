@@ -393,3 +393,20 @@ def test_tacthmc_divergence_names_the_tempering_step(cancer):
                                 sampler="tacthmc", sampler__step_size=1e-4, sampler__tempering_step_size=1.5e-3)
     with pytest.raises(DivergenceError, match=r"sampler__step_size=0.0001; or sampler__tempering_step_size \(now"):
         clf.fit(Xtr, ytr)
+
+
+def test_fit_runs_small_steps_on_one_thread_and_restores_the_callers_setting(cancer):
+    """A small network's step is launch overhead that intra-op threads only synchronise: fit runs it on one
+    thread (recorded in ``fit_status_``) and gives the caller's thread count back afterwards."""
+    Xtr, _, ytr, _ = cancer
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        clf = BayesianMLPClassifier(hidden_layer_sizes=(8,), burn_in=20, n_draws=5, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            clf.fit(Xtr, ytr)
+        assert clf.fit_status_["intra_op_threads"] == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

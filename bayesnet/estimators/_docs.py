@@ -123,6 +123,16 @@ ATTRIBUTES_DOC = """
         the log-likelihood's bulk ESS is below 10, a chain's kinetic
         temperature after burn-in is off its target, the warm-up did not
         settle, or fewer draws than asked for were kept.
+    fit_status_ : dict
+        How the last call ended: ``status`` ("complete", "short": fewer
+        draws than asked for, "interrupted": Ctrl-C, "diverged"),
+        ``stopped_by``, ``steps_taken`` and ``steps_planned``,
+        ``draws_kept``/``draws_wanted``/``draws_discarded``,
+        ``diverged_chains`` (per chain: step, draws kept and discarded),
+        ``lost_chains`` (groups whose worker died, with ``n_jobs``), and
+        ``intra_op_threads``: the torch CPU threads the run used (one when a
+        step is below ``bayesnet.estimators.run.THREAD_WORK`` floating-point
+        operations, else the caller's setting, which is restored after).
     shards_ : list of estimators or None
         With ``n_jobs``: the per-process estimators whose draws were merged.
     diagnostics_ : dict

@@ -275,7 +275,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         batch_size = run.resolve_batch_size(self.batch_size, len(X), type(self.sampler_).full_batch)
         epochs = 1 + -(-self.steps_remaining_ // -(-len(X) // batch_size))  # the budget ends the last one
         try:
-            with run.deferred_interrupt(self):
+            with run.deferred_interrupt(self), run.sampling_threads(self, X, batch_size):
                 super().partial_fit(X, y, epochs=epochs)
         finally:
             for _, cb in self.callbacks_:
