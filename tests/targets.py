@@ -18,7 +18,7 @@ from scipy.special import digamma, polygamma
 
 from bayesnet.diagnostics import effective_sample_size
 from bayesnet.posterior import FunctionPotential
-from bayesnet.samplers import make_sampler
+from bayesnet.samplers import ChainRandom, make_sampler
 from bayesnet.synthetic import (  # noqa: F401  (re-exported for the tests)
     Mixture, four_modes_2d, gaussian_mixture, ring_2d, run_tacthmc, three_modes_1d, total_variation_1d)
 
@@ -174,3 +174,18 @@ def moment_errors(draws: np.ndarray, mean: np.ndarray, cov: np.ndarray):
             cov_err = max(cov_err, abs(S[i, j] - cov[i, j]) / (sd[i] * sd[j]))
             cov_tol = max(cov_tol, 4.0 * np.sqrt((1 + rho**2) / ess_ij))
     return dict(mean_err=mean_err, mean_tol=mean_tol, cov_err=cov_err, cov_tol=cov_tol, ess=ess_min)
+
+
+def assert_chain_alone_matches(name, settings, start, together, k, members, seed, steps):
+    """Chain ``k`` run alone (its own stream: ``ChainRandom(seed, 1, first_chain=k)``) from its rows of ``start``
+    on the correlated Gaussian retraces, bit for bit, its rows of ``together`` ``(S, steps, D)``: the run of all
+    chains side by side."""
+    target = correlated_gaussian(members, per_chain=True)
+    rows = slice(k * members, (k + 1) * members)
+    with torch.no_grad():
+        target.potential.parameters[0].copy_(start[rows])
+    alone = make_sampler(name, **settings)
+    state = alone.init(target.potential.parameters, ChainRandom(seed, 1, first_chain=k), n_chains=1)
+    for step in range(steps):
+        state, _ = alone.step(state, target.potential, None)
+        assert torch.equal(target.potential.parameters[0], together[rows, step]), (name, k, step)

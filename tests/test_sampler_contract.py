@@ -22,11 +22,10 @@ from torch import Tensor
 import sampler_settings
 from bayesnet import BayesianMLPClassifier
 from bayesnet.plan import ChainLayout
-from bayesnet.posterior import FunctionPotential
 from bayesnet.samplers import (ChainRandom, Sampler, SamplerState, Stat, StepInfo, available_samplers, make_sampler,
                                register_sampler, unregister_sampler)
 from bayesnet.samplers.base import COMMON_STATS
-from targets import correlated_gaussian, moment_errors
+from targets import assert_chain_alone_matches, correlated_gaussian, moment_errors
 
 
 # ---------------------------------------------------------------------- #
@@ -159,14 +158,7 @@ def test_a_chain_does_not_depend_on_the_chains_beside_it(name):
     start = torch.randn(3 * M, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     together = _gaussian_run(name, 3, 25, seed=9, start=start)[2]
     for k in range(3):
-        target = correlated_gaussian(M, per_chain=True)
-        with torch.no_grad():
-            target.potential.parameters[0].copy_(start[k * M:(k + 1) * M])
-        alone = make_sampler(name, **sampler_settings.GAUSSIAN[name])
-        state = alone.init(target.potential.parameters, ChainRandom(9, 1, first_chain=k), n_chains=1)
-        for step in range(25):
-            state, _ = alone.step(state, target.potential, None)
-            assert torch.equal(target.potential.parameters[0], together[k * M:(k + 1) * M, step]), (k, step)
+        assert_chain_alone_matches(name, sampler_settings.GAUSSIAN[name], start, together, k, M, seed=9, steps=25)
 
 
 @pytest.mark.parametrize("name", SAMPLERS)

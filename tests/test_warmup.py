@@ -21,7 +21,7 @@ from bayesnet.posterior import FunctionPotential
 from bayesnet.samplers import ChainRandom, available_samplers, make_sampler
 from bayesnet.samplers.warmup import mass_from_moments, windows
 from bayesnet.plan import ChainLayout
-from targets import correlated_gaussian, ill_conditioned_gaussian, moment_errors
+from targets import assert_chain_alone_matches, correlated_gaussian, ill_conditioned_gaussian, moment_errors
 
 
 def _warms_up(name: str) -> bool:
@@ -79,14 +79,7 @@ def test_a_warming_chain_does_not_depend_on_the_chains_beside_it(name):
     start[M:2 * M] *= 200.0
     together, _, state, _ = _run(name, 3, 80, seed=4, start=start)
     for k in (0, 2):
-        alone = make_sampler(name, **warm_settings(name))
-        target = correlated_gaussian(M, per_chain=True)
-        with torch.no_grad():
-            target.potential.parameters[0].copy_(start[k * M:(k + 1) * M])
-        st = alone.init(target.potential.parameters, ChainRandom(4, 1, first_chain=k), n_chains=1)
-        for step in range(80):
-            st, _ = alone.step(st, target.potential, None)
-            assert torch.equal(target.potential.parameters[0], together[k * M:(k + 1) * M, step]), (k, step)
+        assert_chain_alone_matches(name, warm_settings(name), start, together, k, M, seed=4, steps=80)
 
 
 @pytest.mark.parametrize("name", WARM)
