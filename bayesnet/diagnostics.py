@@ -103,9 +103,11 @@ def split_rhat(draws: np.ndarray) -> float:
         Close to 1 when chains (and halves) agree; > 1.01 suggests
         non-convergence.
     """
-    x = _as_chains(draws)
-    half = x.shape[1] // 2
-    x = np.concatenate([x[:, :half], x[:, -half:]], axis=0)
+    return _rhat(_split(_as_chains(draws)))
+
+
+def _rhat(x: np.ndarray) -> float:
+    """R-hat of chains ``x`` (n_chains, n_draws) as given (already split)."""
     n = x.shape[1]
     w = x.var(axis=1, ddof=1).mean()
     b = n * x.mean(axis=1).var(ddof=1)
@@ -198,12 +200,12 @@ def rank_normalized_split_rhat(draws: np.ndarray) -> float:
         Near 1 when the chains (and their halves) agree in location and scale;
         Vehtari et al. recommend requiring < 1.01.
     """
-    x = _as_chains(draws)
+    x = _split(_as_chains(draws))  # split first (an odd chain's middle draw is left out), then rank
     if np.ptp(x) == 0:
         return 1.0
-    bulk = split_rhat(rank_normalize(x))
+    bulk = _rhat(rank_normalize(x))
     folded = np.abs(x - np.median(x))
-    tail = split_rhat(rank_normalize(folded)) if np.ptp(folded) > 0 else 1.0
+    tail = _rhat(rank_normalize(folded)) if np.ptp(folded) > 0 else 1.0
     return float(max(bulk, tail))
 
 
