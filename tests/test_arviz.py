@@ -7,9 +7,8 @@ ties averaged, ``ndtri`` / ``norm.ppf``), so are the split, the multi-chain auto
 ``rho_t = 1 - (W - mean_c acov_c(t)) / var_plus`` (Vehtari et al. 2021, eq. 10), the tail quantiles (linear
 interpolation, R's type 7), and the cap ``tau >= 1 / log10(S)``. Hence
 
-* **R-hat** agrees to rounding (``rel=1e-12``) when every chain has an even number of draws. With an odd
-  number, ours ranks (and folds around the median of) all draws and then drops the middle one of each chain;
-  ArviZ, as Vehtari et al.'s reference code, splits first: the xfail below.
+* **R-hat** agrees to rounding (``rel=1e-12``): both split the chains first (an odd chain's middle draw is
+  left out), then rank and fold the halves.
 * **ESS** sums the same autocorrelations to a different end. Ours is Geyer's (1992) initial monotone sequence:
   the pairs ``rho_2t + rho_2t+1`` up to the first non-positive one, over every lag. ArviZ's (Stan's) stops
   its loop at lag ``n - 4`` and adds the even autocorrelation of the first non-positive pair when it is
@@ -43,7 +42,7 @@ az = pytest.importorskip("arviz")
 #: relative agreement once the difference of the truncation rules is accounted for: the same float64
 #: arithmetic in another order (FFT lengths 2^k against scipy's next_fast_len), measured <= 3e-15
 REL_ESS = 1e-10
-#: R-hat with an even number of draws per chain: the same formula, measured <= 5e-16
+#: R-hat: the same formula, measured <= 5e-16
 REL_RHAT = 1e-12
 
 
@@ -155,9 +154,6 @@ def test_rank_rhat_matches_arviz_on_ar1_chains(chains, draws, phi, shift):
         assert ours > 1.1  # both flag chains that disagree
 
 
-@pytest.mark.xfail(strict=True, reason="with an odd number of draws per chain, rank_normalized_split_rhat ranks "
-                   "the middle draw that the split then drops, and folds around the median of all draws; "
-                   "Vehtari et al. 2021 and ArviZ rank and fold the split chains (ArviZ 2.2654 vs ours 2.2625 here)")
 def test_rank_rhat_matches_arviz_with_odd_draws():
     x = ar1(3, 2, 101, 0.99)
     assert rank_normalized_split_rhat(x) == pytest.approx(float(az.rhat(x, method="rank")), rel=REL_RHAT)
@@ -165,7 +161,7 @@ def test_rank_rhat_matches_arviz_with_odd_draws():
 
 # --------------------------------------------------------------------------------------------------------- #
 # (b) a fitted estimator
-N_DRAWS = 100  # even: R-hat agrees to rounding (see the module docstring)
+N_DRAWS = 100
 
 
 @pytest.fixture(scope="module")
