@@ -15,9 +15,6 @@ from ..diagnostics import (bulk_effective_sample_size, rank_normalized_split_rha
 
 __all__ = ["ResultsMixin"]
 
-# sampler statistics under the names ArviZ's plots and summaries look for
-_ARVIZ_NAMES = {"accept_prob": "acceptance_rate", "divergent": "diverging", "n_leapfrog": "n_steps"}
-
 
 class ResultsMixin:
     """``get_draws``, ``get_sample_stats``, ``get_step_stats``, ``summary`` and ``to_arviz`` for the estimators."""
@@ -178,9 +175,10 @@ class ResultsMixin:
             sample_stats["lp"] = -stats["potential"]
             if "kinetic_energy" in stats:
                 sample_stats["energy"] = stats["potential"] + stats["kinetic_energy"]
+        declared = type(self.sampler_).stats  # each field under the name its sampler gives ArviZ
         for name, value in stats.items():
             if name == "potential":
                 continue
-            key = _ARVIZ_NAMES.get(name, name)
+            key = (declared[name].arviz if name in declared else None) or name
             sample_stats[key] = value.astype(bool) if key == "diverging" else value
         return az.from_dict(posterior=posterior, sample_stats=sample_stats)

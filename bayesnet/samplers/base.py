@@ -219,10 +219,14 @@ class Stat:
         (divergent transitions), ``"last"`` for settings that move (an adapted step size).
     summary : str or None
         Name in the estimators' ``diagnostics_``; None keeps the field's name.
+    arviz : str or None
+        Name in ArviZ's ``sample_stats`` (``to_arviz``), where its plots and summaries look for it
+        ("acceptance_rate", "diverging", "n_steps", ...); None keeps the field's name.
     """
 
     reduce: str = "mean"
     summary: str | None = None
+    arviz: str | None = None
 
     def __post_init__(self):
         if self.reduce not in ("mean", "sum", "last", "max"):

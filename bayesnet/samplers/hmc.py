@@ -123,9 +123,9 @@ class HMC(Sampler):
 
     name = "hmc"
     full_batch = True
-    stats = {**COMMON_STATS, **MOMENTUM_STATS, "accept_prob": Stat("mean", "acceptance_rate"),
-             "accepted": Stat("mean"), "step_size": Stat("last"), "n_leapfrog": Stat("mean"),
-             "divergent": Stat("sum", "n_divergent")}
+    stats = {**COMMON_STATS, **MOMENTUM_STATS, "accept_prob": Stat("mean", "acceptance_rate", "acceptance_rate"),
+             "accepted": Stat("mean"), "step_size": Stat("last"), "n_leapfrog": Stat("mean", arviz="n_steps"),
+             "divergent": Stat("sum", "n_divergent", "diverging")}
     state_class = HMCState
     fallback_step_size = 0.01
     stability = 1.0

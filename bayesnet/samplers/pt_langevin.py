@@ -213,8 +213,8 @@ class PTLangevin(Sampler):
 
     name = "pt-langevin"
     full_batch = True  # the Metropolis-Hastings tests are exact only on the full-data potential
-    stats = {**COMMON_STATS, "accepted": Stat("mean"), "accept_prob": Stat("mean", "acceptance_rate"),
-             "langevin": Stat("mean"), "temperature": Stat("mean"), "divergent": Stat("sum", "n_divergent")}
+    stats = {**COMMON_STATS, "accepted": Stat("mean"), "accept_prob": Stat("mean", "acceptance_rate", "acceptance_rate"),
+             "langevin": Stat("mean"), "temperature": Stat("mean"), "divergent": Stat("sum", "n_divergent", "diverging")}
     state_class = PTLangevinState
     _parameter_constraints = {
         "n_replicas": [Interval(Integral, 1, None, closed="left")],
