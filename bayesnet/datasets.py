@@ -79,7 +79,7 @@ def make_chaotic_series(name: str, n_points: int = 1000, discard: int = 500) -> 
     Returns
     -------
     series : ndarray of shape (n_points,)
-        Unscaled first coordinate. Paper 003 scales it to [0, 1] before
+        Unscaled first coordinate. Chandra et al. 2019 scale it to [0, 1] before
         embedding it (D=4) and forecasting one step ahead.
 
     Raises

@@ -90,7 +90,7 @@ def gaussian_mixture(name: str, means, sds, weights, n_chains: int, start, gradi
 
 
 def three_modes_1d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
-    """Paper 000 Fig. 1 setting: three 1-D modes at -4, 0, 4 (sd 0.5, weights .3/.4/.3), chains start at 0.
+    """Luo et al. 2018 Fig. 1 setting: three 1-D modes at -4, 0, 4 (sd 0.5, weights .3/.4/.3), chains start at 0.
 
     The barriers are 8 nats high at unit temperature (0.9 at temperature 9)."""
     return gaussian_mixture("three-modes-1d", [[-4.0], [0.0], [4.0]], [0.5] * 3, [0.3, 0.4, 0.3], n_chains,
@@ -98,7 +98,7 @@ def three_modes_1d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
 
 
 def four_modes_2d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
-    """Paper 000 Fig. 2 (first kind): modes at (+-2.5, +-2.5), sd 0.5, unequal weights; start in the lightest.
+    """Luo et al. 2018 Fig. 2 (first kind): modes at (+-2.5, +-2.5), sd 0.5, unequal weights; start in the lightest.
 
     Neighbouring modes are 12.5 nats apart at unit temperature (1.4 at temperature 9)."""
     means = [[-2.5, -2.5], [2.5, -2.5], [-2.5, 2.5], [2.5, 2.5]]
@@ -107,7 +107,7 @@ def four_modes_2d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
 
 
 def ring_2d(n_chains: int, gradient_noise: float = 5.0) -> Mixture:
-    """Paper 000 Fig. 2 (second kind): eight equal modes on a circle of radius 4, sd 0.4; start in one."""
+    """Luo et al. 2018 Fig. 2 (second kind): eight equal modes on a circle of radius 4, sd 0.4; start in one."""
     angles = np.arange(8) * np.pi / 4
     means = np.stack([4 * np.cos(angles), 4 * np.sin(angles)], 1)
     return gaussian_mixture("ring-2d", means, [0.4] * 8, [1 / 8] * 8, n_chains, means[0], gradient_noise)

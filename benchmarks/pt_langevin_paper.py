@@ -1,4 +1,4 @@
-"""Paper 003 Tables 5-6 with our ``pt-langevin``: forecasting and classification under the paper's protocol.
+"""Chandra et al. 2019 Tables 5-6 with our ``pt-langevin``: forecasting and classification under the paper's protocol.
 
 Langevin-gradient parallel tempering (PT-LG, Chandra et al. 2019 Algorithm 1) as
 ``BayesianMLPRegressor`` / ``BayesianMLPClassifier(sampler="pt-langevin")``,

@@ -1,4 +1,4 @@
-"""Paper 000 Table 1 at this machine's scale: an MLP on scikit-learn digits with 0/20/30 % permuted labels.
+"""Luo et al. 2018 Table 1 at this machine's scale: an MLP on scikit-learn digits with 0/20/30 % permuted labels.
 
 The paper (Sec. 5.2) trains an MLP with one hidden layer of 100 units on EMNIST
 for 1000 epochs, permuting a fraction of the training labels at the start of

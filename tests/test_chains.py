@@ -85,7 +85,7 @@ def _mode_of(points, centres):
 
 @pytest.mark.parametrize("name,hyper", MODE_CASES, ids=[c[0] for c in MODE_CASES])
 def test_four_chains_cover_the_modes_and_rhat_flags_them(name, hyper):
-    """Paper 000 Fig. 2's four-mode mixture (modes 5 sd apart): a single chain stays in the mode it starts in;
+    """Luo et al. 2018 Fig. 2's four-mode mixture (modes 5 sd apart): a single chain stays in the mode it starts in;
     four chains from overdispersed starts (one per quadrant, 1 nat above its mode) together visit all four modes, and split R-hat,
     far above 1.01, reports that they have not mixed (their weights are not the mixture's)."""
     sampler = make_sampler(name, **hyper)

@@ -42,7 +42,7 @@ def _gaussian(cov, mean, start):
 
 
 def _random_covariance(dim, low=1.0, high=100.0, seed=0):
-    """Paper 004 Sec. 5.3.2: eigenvectors of a random symmetric matrix, eigenvalues evenly spaced in [low, high]
+    """Heber et al. 2020 (TATi) Sec. 5.3.2: eigenvectors of a random symmetric matrix, eigenvalues evenly spaced in [low, high]
     (here those of the covariance, so that the slowest direction has variance ``high``)."""
     rng = np.random.default_rng(seed)
     a = rng.normal(size=(dim, dim))
@@ -219,7 +219,7 @@ def test_moments_of_an_ill_conditioned_10d_gaussian():
     pytest.param(64, 16, 4, 12000, 1000, 0.75, marks=pytest.mark.slow),
 ])
 def test_walkers_cut_the_autocorrelation_time_of_slow_directions(dim, walkers, chains, steps, interval, max_ratio):
-    """Paper 004 Fig. 13 (eps = 0.125, gamma = 1, eta = 10): with the walkers the IAT of the slow directions
+    """Heber et al. 2020 (TATi) Fig. 13 (eps = 0.125, gamma = 1, eta = 10): with the walkers the IAT of the slow directions
     (variance 100 down; about 2 gamma sigma^2 / eps = 1600 steps for BAOAB) drops (4-D: at least 2-fold on the
     slowest; 64-D: by a quarter on average over the four slowest), and the fastest direction is not slowed
     down. The same number of walker trajectories and of measured steps for both; eqn's first

@@ -1,4 +1,4 @@
-"""TACT-HMC (papers 000 and 002): the parts of Algorithm 1, and the synthetic experiments of Sec. 5.1.
+"""TACT-HMC (Luo et al. 2018 and its supplement): the parts of Algorithm 1, and the synthetic experiments of Sec. 5.1.
 
 The reproductions use the chain axis of the kernel: hundreds of independent
 chains (each with its own tempering variable, thermostats and bias table)
@@ -257,7 +257,7 @@ def test_moments_of_a_correlated_gaussian_with_noisy_gradients():
 @pytest.mark.parametrize("batch_size,step_size", [(100, 2e-6), pytest.param(None, 5e-6, marks=pytest.mark.slow)],
                          ids=["minibatch", "full"])
 def test_moments_of_the_conjugate_linear_regression(batch_size, step_size):
-    """Paper 001 Sec. 4's exact posterior with real mini-batch noise in both U (which drives xi) and grad U.
+    """Karagiannis's SGLD notes Sec. 4's exact posterior with real mini-batch noise in both U (which drives xi) and grad U.
     tempering_step_size="auto" (3.75e-4 for these 4 parameters)."""
     target = bayesian_linear_regression(512, batch_size=batch_size, per_chain=True)
     out = run_tacthmc(target, 12000, burn_in=4000, batches=target.batches, step_size=step_size,
@@ -300,7 +300,7 @@ def _experiment_1d(n_chains, n_steps, burn_in):
 
 @pytest.mark.parametrize("n_chains,n_steps", [(400, 10000), pytest.param(2000, 15000, marks=pytest.mark.slow)])
 def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
-    """Paper 000 Fig. 1(a): only TACT-HMC recovers the three modes with their weights; thermostats without
+    """Luo et al. 2018 Fig. 1(a): only TACT-HMC recovers the three modes with their weights; thermostats without
     tempering stay trapped in the starting mode; tempering without thermostats spreads under the noise.
     Fig. 1(b) II-III: the thermostats settle at their theoretical values, with Theorem 1's spread. The slow variant collects about 1e5
     samples and reports their ESS (the paper: 2.1e4 of 1e5)."""
@@ -329,7 +329,7 @@ def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
 @pytest.mark.parametrize("make_target", [four_modes_2d, pytest.param(ring_2d, marks=pytest.mark.slow)],
                          ids=["four-modes", "ring"])
 def test_paper_fig2_two_dimensional_mixtures(make_target):
-    """Paper 000 Fig. 2 (numeric form): TACT-HMC's mode weights match the target's; the chains start in one
+    """Luo et al. 2018 Fig. 2 (numeric form): TACT-HMC's mode weights match the target's; the chains start in one
     mode and the gradient is noisy (sd 5)."""
     target = make_target(400)
     out = run_tacthmc(target, 10000, burn_in=2000, **SYNTHETIC)
@@ -358,7 +358,7 @@ def test_paper_fig2_ablations_fail(make_target):
 @pytest.mark.slow
 @pytest.mark.parametrize("bias_temperature", [None, 1.0], ids=["vanilla", "well-tempered"])
 def test_metadynamics_variant_recovers_the_three_modes(bias_temperature):
-    """Paper 002 Appendix B's alternative to ABF on the Fig. 1 target (measured: TV 0.048 for both, plateau
+    """Luo et al. 2018 (supplement) Appendix B's alternative to ABF on the Fig. 1 target (measured: TV 0.048 for both, plateau
     fraction 0.13 / 0.12 against ABF's 0.20)."""
     target = three_modes_1d(400, gradient_noise=5.0)
     out = run_tacthmc(target, 10000, 2000, **SYNTHETIC, biasing="metadynamics", metadynamics_height=0.01,

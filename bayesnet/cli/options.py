@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--level", type=_probability, default=0.95,
                      help="level of the credible and predictive intervals in the test metrics")
     out.add_argument("--output", default=DEFAULT_OUTPUT, metavar="FILE",
-                     help="where to save the fitted model ('' to skip); a joblib (pickle) file")
+                     help="where to save the fitted model ('' to skip), in bayesnet's format (safetensors + JSON: no code runs on load)")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(command="fit", parser=f)
 
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write predictions with intervals for a CSV file",
                        description="Predict with a model saved by `bayesnet fit`, with intervals, one CSV row per "
                                    "input row.",
-                       epilog="example:\n  bayesnet predict model.joblib --allow-pickle --data new.csv "
+                       epilog="example:\n  bayesnet predict bayesnet-model.bayesnet --data new.csv "
                               "--output predictions.csv")
     q.add_argument("model", help="a model file written by `bayesnet fit --output`")
     q.add_argument("--data", required=True, metavar="CSV",

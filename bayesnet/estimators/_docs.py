@@ -74,7 +74,8 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         sampler that tempers.
     batch_size : int or "auto", default="auto"
         Mini-batch size; -1 for full-batch gradients; "auto" is 128 rows for
-        the stochastic-gradient samplers and the full batch for ``hmc``.
+        the stochastic-gradient samplers and the full batch for the samplers
+        with a Metropolis test that need it (``hmc``, ``pt-langevin``).
     max_epochs : int or None, default=None
         Epochs to run; None runs ``burn_in + n_draws * thinning`` steps
         (for tacthmc ``burn_in + n_draws * thinning * steps_per_sample / 0.2``,
@@ -144,8 +145,8 @@ ATTRIBUTES_DOC = """
         quantities only); pt-langevin adds
         its acceptance and swap rates.
     history_ : skorch History
-        Per step: ``potential``, ``kinetic_energy``, ``kinetic_temperature``
-        (samplers with momentum), ``train_loss`` (= potential / N).
+        skorch's per-epoch records (the last 100); the per-step statistics
+        are in ``step_stats_`` (``get_step_stats()``, ``get_sample_stats()``).
 """
 
 

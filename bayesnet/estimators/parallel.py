@@ -116,8 +116,9 @@ def fit_groups(net, X, y, classes) -> None:
     errors = [err for _, err in kept if err is not None]
     for err in errors:
         if not isinstance(err, DivergenceError):
+            from .run import user_stacklevel
             warnings.warn(f"a group of chains stopped early with {type(err).__name__}: {err}; its draws so far "
-                          "are kept.", ConvergenceWarning, stacklevel=3)
+                          "are kept.", ConvergenceWarning, stacklevel=user_stacklevel())
     from .run import warn_status
 
     if errors and len(errors) == len(kept) and all(isinstance(e, DivergenceError) for e in errors):
@@ -178,5 +179,7 @@ def merge(net, shards, lost_chains=()) -> None:
         "steps_taken": max(s.get("steps_taken", 0) for s in statuses),
         "steps_planned": max(s.get("steps_planned", 0) for s in statuses)}
     if lost_chains:
+        from .run import user_stacklevel
         warnings.warn(f"the worker process fitting chains {list(lost_chains)} died (killed, or out of memory): "
-                      "their draws are lost; the other chains' draws are kept.", ConvergenceWarning, stacklevel=3)
+                      "their draws are lost; the other chains' draws are kept.", ConvergenceWarning,
+                      stacklevel=user_stacklevel())

@@ -157,7 +157,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if sampler.full_batch and plan.batch_size < n_data:
         warnings.warn(f"{sampler.name} with mini-batches (batch_size={net.batch_size} < {n_data} rows): its "
                       "Metropolis-Hastings test compares noisy energies and is no longer exact; use batch_size=-1 "
-                      "for an exact test.", UserWarning, stacklevel=4)
+                      "for an exact test.", UserWarning, stacklevel=user_stacklevel())
     chains = range(net.first_chain_, net.first_chain_ + plan.layout.chains)
     (module, likelihood), members = _build_members(net, plan.layout.members_per_chain, chains)
     with net._current_init_context("module"):
@@ -470,6 +470,23 @@ def convergence_messages(net, state) -> list[str]:
     return out
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the caller's code: the first frame outside bayesnet, skorch and
+    scikit-learn (``fit`` reaches the estimator through skorch, ``GridSearchCV`` through scikit-learn)."""
+    import inspect
+    import os
+
+    import sklearn
+    import skorch
+
+    library = tuple(os.path.dirname(f) for f in (os.path.dirname(__file__), skorch.__file__, sklearn.__file__))
+    frames = inspect.stack(context=0)
+    for level, frame in enumerate(frames[1:], start=1):
+        if not frame.filename.startswith(library):
+            return level
+    return len(frames) - 1
+
+
 def warn_status(net) -> None:
     """A ConvergenceWarning that names the figure and the fix, for an interrupted run, chains that diverged,
     or fewer draws than asked for."""
@@ -507,4 +524,4 @@ def warn_status(net) -> None:
         messages.append(f"{least} of n_draws={net.n_draws} draws were kept per chain in {step} steps.{reason}"
                         f"{unfitted}")
     for message in messages:
-        warnings.warn(message, ConvergenceWarning, stacklevel=4)
+        warnings.warn(message, ConvergenceWarning, stacklevel=user_stacklevel())

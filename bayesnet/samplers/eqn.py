@@ -117,7 +117,7 @@ class EQN(Sampler):
     ----------
     step_size : float or "auto", default="auto"
         "auto" is set by the warm-up from the curvature the walkers' term adds
-        (below): :math:`\varepsilon^2(\lambda_{max}(M^{-1}H) + \eta T D/(L-1)) = 1`,
+        (below): :math:`\varepsilon^2(\lambda_{max}(M^{-1}H) + \eta T(\sqrt D + \sqrt{L-1})^2) = 1`,
         and as :class:`BAOAB`'s for the gradient noise. The walkers of a chain
         share one diagonal mass :math:`M` (``preconditioner``; the mean of
         theirs) and run in its coordinates :math:`q = M^{1/2}\theta`, where
@@ -147,7 +147,7 @@ class EQN(Sampler):
         BAOAB on every walker.
     covariance_blending : float, default=10.0
         :math:`\eta \ge 0` of eq. (19), in units of 1 / (position units)^2;
-        ``0`` gives BAOAB on every walker. Paper 004 uses 10 for the Gaussian
+        ``0`` gives BAOAB on every walker. Heber et al. 2020 (TATi) use 10 for the Gaussian
         models of Sec. 5.3.2 and up to 1e4 for MNIST (Sec. 5.3.3). It sets
         the stable step size (see ``step_size``).
     covariance_interval : int, default=1000

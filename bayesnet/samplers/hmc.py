@@ -90,7 +90,7 @@ class HMC(Sampler):
         Acceptance probability the adaptation aims at, in (0, 1).
     preconditioner : {"auto", "diagonal", "layer"} or None, default="auto"
         The diagonal mass matrix adapted during the warm-up, from the
-        gradients' second moments (:mod:`bayesnet.samplers.warmup`); None is
+        gradients' and positions' spreads (:mod:`bayesnet.samplers.warmup`); None is
         the identity. "auto" is "diagonal" with ``step_size="auto"``, None
         when a step size is given.
     adaptation_steps : int or "auto", default="auto"

@@ -137,7 +137,7 @@ class PTLangevin(Sampler):
         0.234 of random-walk Metropolis; the paper reports 5-25 %).
     preconditioner : {"auto", "diagonal", "layer"} or None, default="auto"
         The diagonal mass matrix adapted during the warm-up from the
-        gradients' second moments (:mod:`bayesnet.samplers.warmup`); None is
+        gradients' and positions' spreads (:mod:`bayesnet.samplers.warmup`); None is
         the identity (the paper's proposals). "auto" is "diagonal" with
         ``step_size="auto"``, None when a step size is given.
 

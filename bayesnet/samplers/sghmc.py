@@ -58,7 +58,7 @@ class SGHMC(Sampler):
     step_size : float or "auto", default="auto"
         :math:`\eta > 0` ("learning rate"), same units as in :class:`SGLD`.
         "auto" is set by the warm-up: stable,
-        :math:`\eta\lambda_{max}(M^{-1}H) = 0.2` (5 % inflation of the stiffest direction's variance, measured), and cool, the gradient
+        :math:`\eta\lambda_{max}(M^{-1}H) = 0.1` (``stability``; the Euler scheme's limit is 4), and cool, the gradient
         noise's heat :math:`\eta\rho/(2\alpha) \le 5\%`.
     friction : float, default=0.05
         :math:`\alpha \in (0, 1]`, the fraction of momentum removed per step

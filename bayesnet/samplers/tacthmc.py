@@ -1,4 +1,4 @@
-"""Thermostat-assisted continuously-tempered Hamiltonian Monte Carlo (TACT-HMC), papers 000 and 002."""
+"""Thermostat-assisted continuously-tempered Hamiltonian Monte Carlo (TACT-HMC), Luo et al. 2018 (and its supplement)."""
 
 from __future__ import annotations
 

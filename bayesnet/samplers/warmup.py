@@ -80,7 +80,8 @@ WARMUP_DOC = """    preconditioner : {"auto", "diagonal", "layer"} or None, defa
         The diagonal mass matrix ``M`` adapted during the warm-up
         (:mod:`bayesnet.samplers.warmup`): one entry per parameter
         ("diagonal") or one per parameter tensor ("layer"), from the
-        gradients' second moments, frozen afterwards. None is the identity.
+        spreads of the gradients and positions (the secant rule
+        ``sd(g) / sd(theta)``), frozen afterwards. None is the identity.
         "auto" is "diagonal" when ``step_size="auto"`` and None when a step
         size is given, so that an explicit step keeps its meaning (the
         papers' settings).
@@ -332,7 +333,7 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         new = torch.where(hot, torch.minimum(new, pre.step_size / 2), new)
         warm.n_hot += int(hot.sum())
     if warm.history and not sampler.tunes_step_on_acceptance:
-        # a step may grow by at most 4x per window, and not at all after a window that needed restarts (its
+        # a step may grow by at most MAX_GROWTH (16x) per window, and not at all after a window that needed restarts (its
         # curvature estimate, a lower bound, was already too low there)
         # (nor into the final window, which only tries the step it freezes at)
         grows = state.step - warm.window_start >= MIN_WINDOW and state.step != warm.ends[-2:][0]
@@ -446,7 +447,9 @@ def after_step(sampler, state, potential, batch) -> None:
     # guard restarted in that window freezes at a quarter of the step that failed (half of the halved one). A
     # warm-up shorter than MIN_SETTLED steps, or one with restarts in its final window, has not settled (the
     # estimators warn)
-    settled = warm.n_steps >= MIN_SETTLED and warm.window_restarts == 0
+    hot_final = final_hot is not None and bool(final_hot.any()) and warm.adapt_step \
+        and not sampler.tunes_step_on_acceptance
+    settled = warm.n_steps >= MIN_SETTLED and warm.window_restarts == 0 and not hot_final
     pre = state.precond
     failed = torch.zeros_like(pre.step_size, dtype=torch.bool)
     if warm.adapt_step and not sampler.tunes_step_on_acceptance:
@@ -466,7 +469,9 @@ def after_step(sampler, state, potential, batch) -> None:
         f"it is too short for its windows to estimate the mass and step size (at least {MIN_SETTLED} steps)"
         if warm.n_steps < MIN_SETTLED else
         f"{warm.window_restarts} restart(s) of an overheating chain in its final window; those chains froze at a "
-        "quarter of the step size that failed")
+        "quarter of the step size that failed" if warm.window_restarts else
+        "its final window ran hot (kinetic temperature above its target); those chains froze at half the step size "
+        "they tried there")
     state.warmup_report = {"step_sizes": [h.detach().cpu() for h in warm.history], "settled": settled,
                            "reason": reason,
                            "n_steps": warm.n_steps, "restarts": warm.n_restarts, "hot_windows": warm.n_hot,
