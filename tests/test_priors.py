@@ -178,3 +178,23 @@ def test_chain_gamma_is_per_chain():
     torch.testing.assert_close(one[0], four[0])
     with pytest.raises(ValueError, match=">= 1"):
         ChainRandom(0, 1).gamma(torch.tensor([0.5]))
+
+
+def test_gibbs_steps_start_at_half_the_warm_up():
+    """The precisions stay at their start (the fan-in prior) through the first half of the warm-up, then are
+    drawn every ``gibbs_interval`` steps; without a warm-up, from the first step."""
+    prior = HierarchicalPrior(gibbs_interval=5)
+    pot = _PriorOnly(prior, 4, 3, gibbs_interval=5)
+    sampler = make_sampler("sgld", step_size=1e-2, adaptation_steps=40)
+    state = sampler.init(pot.parameters, ChainRandom(0, 4), n_chains=4)
+    for _ in range(20):
+        state, _ = sampler.step(state, pot, None)
+    assert prior.precision is None or torch.equal(prior.precision, torch.ones_like(prior.precision))
+    state, _ = sampler.step(state, pot, None)  # step 20 of 40: the first Gibbs step
+    assert not torch.equal(prior.precision, torch.ones_like(prior.precision))
+    fresh = HierarchicalPrior(gibbs_interval=5)
+    pot = _PriorOnly(fresh, 4, 3, gibbs_interval=5)
+    sampler = make_sampler("sgld", step_size=1e-2, adaptation_steps=0)
+    state = sampler.init(pot.parameters, ChainRandom(0, 4), n_chains=4)
+    sampler.step(state, pot, None)
+    assert not torch.equal(fresh.precision, torch.ones_like(fresh.precision))
