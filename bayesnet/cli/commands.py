@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
 import time
 from contextlib import contextmanager
 
@@ -291,6 +292,10 @@ def _predict(args) -> int:
         frame.to_csv(sys.stdout, index=False, float_format="%.6g", lineterminator="\n")
     return 0
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv=None) -> int:
     """Run the ``bayesnet`` command.
 
@@ -309,7 +314,9 @@ def main(argv=None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
-        return {"fit": _fit, "predict": _predict}[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning  # one line per warning, in the command's words, not Python's
+            return {"fit": _fit, "predict": _predict}[args.command](args)
     except CLIError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
