@@ -295,6 +295,28 @@ class ChainPosterior:
             torch._foreach_sub_(grads[: len(net)], prior_grad(net))
         return u, grads
 
+    def functional(self):
+        """The potentials as a pure function, for a compiled transition: ``fn(parameters, X, y, factors, offset)``
+        -> ``(S,)``, ``parameters`` all of :attr:`parameters` (as tensors, not these leaves) and ``(factors,
+        offset)`` the prior's :meth:`quadratic_form` (:meth:`prior_form`); None when the likelihood or the prior
+        has no batched closed form."""
+        if not self._batched_terms() or not hasattr(self.prior, "quadratic_form"):
+            return None
+        module, likelihood, names, n_data = self.module, self.likelihood, list(self.net_names), self.n_data
+
+        def potentials(parameters, X, y, factors, offset):
+            net, lik = parameters[: len(names)], parameters[len(names):]
+            out = batched_outputs(module, names, net, X)
+            u = -(n_data / y.shape[0]) * likelihood.log_likelihood_chains(out, y, lik) - likelihood.log_prior_chains(lik)
+            quad = sum(f * (p * p).reshape(p.shape[0], -1).sum(1) for f, p in zip(factors, net))
+            return u + 0.5 * quad - offset
+
+        return potentials
+
+    def prior_form(self) -> tuple[list[Tensor], Tensor]:
+        """The prior's current ``(factors, offset)`` (:meth:`functional`'s last arguments)."""
+        return self.prior.quadratic_form(self.network_parameters)
+
     @property
     def gibbs_interval(self) -> int | None:
         """Steps between the prior's Gibbs updates (None: a prior without hyperparameters to update)."""

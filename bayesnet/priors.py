@@ -52,6 +52,12 @@ class GaussianPrior:
         """Gradient of ``log_prob`` in closed form, ``-theta / s**2``, one tensor per parameter."""
         return torch._foreach_mul(list(parameters), -1.0 / self.scale**2)
 
+    def quadratic_form(self, parameters: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
+        """``(factors, offset)`` with ``log_prob_chains = -sum_k factors[k] |theta_k|^2 / 2 + offset``, as tensors
+        (the compiled transition takes them as inputs): here ``1 / s^2`` for every tensor and 0."""
+        like = parameters[0]
+        return [like.new_tensor(1.0 / self.scale**2) for _ in parameters], like.new_zeros(())
+
     def __repr__(self) -> str:
         return f"GaussianPrior(scale={self.scale!r})"
 
@@ -127,6 +133,13 @@ class FanInPrior:
         """Gradient of ``log_prob_chains`` in closed form, ``-theta_k / c_k``."""
         c = self.variances([p.shape[1:] for p in parameters])
         return [p * (-1.0 / ck) for p, ck in zip(parameters, c)]
+
+    def quadratic_form(self, parameters: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
+        """``(factors, offset)`` with ``log_prob_chains = -sum_k factors[k] |theta_k|^2 / 2 + offset``: ``1 / c_k``
+        and 0 (see :meth:`GaussianPrior.quadratic_form`)."""
+        c = self.variances([p.shape[1:] for p in parameters])
+        like = parameters[0]
+        return [like.new_tensor(1.0 / ck) for ck in c], like.new_zeros(())
 
     def __repr__(self) -> str:
         return f"FanInPrior(gain={self.gain!r}, bias_scale={self.bias_scale!r})"
@@ -230,19 +243,30 @@ class HierarchicalPrior(FanInPrior):
 
     def log_prob_chains(self, parameters: Sequence[Tensor]) -> Tensor:
         """``-(energy)`` of ``S`` members, (S,), in the parameters' dtype (differentiable in them)."""
-        tau = self._tau(parameters)
         quad = sum(-0.5 * f.reshape(-1) * (p * p).reshape(p.shape[0], -1).sum(1)
                    for f, p in zip(self._factors(parameters), parameters))
+        return quad + self._rest(parameters)
+
+    def _rest(self, parameters: Sequence[Tensor]) -> Tensor:
+        """The ``tau`` terms of every member's log prior, ``(S,)`` in the parameters' dtype (cached until the
+        precisions change)."""
+        tau = self._tau(parameters)
         hit = self.__dict__.get("_rest_cache")
         if hit is None or hit[0] is not tau:
             n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
             rest = ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
             hit = self._rest_cache = (tau, rest.to(parameters[0].dtype))
-        return quad + hit[1]
+        return hit[1]
 
     def grad_log_prob_chains(self, parameters: Sequence[Tensor]) -> list[Tensor]:
         """``-tau_k theta_k / c_k``."""
         return torch._foreach_mul(list(parameters), [-f for f in self._factors(parameters)])
+
+    def quadratic_form(self, parameters: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
+        """``(factors, offset)`` with ``log_prob_chains = -sum_k factors[k] |theta_k|^2 / 2 + offset``: every
+        member's ``tau_k / c_k``, shape ``(S,)``, and its ``tau`` terms, ``(S,)`` (they change with each Gibbs
+        step; see :meth:`GaussianPrior.quadratic_form`)."""
+        return [f.reshape(-1) for f in self._factors(parameters)], self._rest(parameters)
 
     @torch.no_grad()
     def gibbs_update(self, parameters: Sequence[Tensor], rng):

@@ -74,6 +74,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         "max_epochs": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "compile": ["boolean", StrOptions({"auto"})],
     }
 
     def __init__(self, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
@@ -83,6 +84,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         kwargs.setdefault("criterion", None)
         kwargs.setdefault("train_split", None)
         kwargs.setdefault("iterator_train", run.PlannedBatches)
+        kwargs.setdefault("compile", "auto")  # the sampler's transition (bayesnet.samplers.compiled), not skorch's
         super().__init__(batch_size=batch_size, max_epochs=max_epochs, device=device, verbose=verbose,
                          callbacks=callbacks, warm_start=warm_start, **kwargs)
         self.sampler = sampler
@@ -266,6 +268,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             run.continue_chains(self, X, y)
         state = self.sampler_state_
         self.steps_remaining_ = max(self.steps_planned_total_ - state.step, 0)
+        run.prepare_compiled(self)
         self.steps_this_call_ = 0
         self.kept_at_call_start_ = self.trace_.kept_per_slot.copy()
         self.fit_status_["stopped_by"] = None
@@ -313,7 +316,11 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         (the :class:`~bayesnet.samplers.StepInfo`), ``step``, ``stored`` (whether a draw was stored, after which
         the device was read) and ``nonfinite`` (slots whose due draw was not finite).
         """
-        state, info = self.sampler_.step(self.sampler_state_, self.posterior_, batch)
+        compiled = self.__dict__.get("compiled_step_")
+        if compiled is not None and self.sampler_state_.warmup is None:  # the frozen kernel, compiled
+            state, info = compiled(self.sampler_state_, self.posterior_, batch)
+        else:
+            state, info = self.sampler_.step(self.sampler_state_, self.posterior_, batch)
         step = state.step
         self.steps_remaining_ -= 1
         self.steps_this_call_ += 1
@@ -401,7 +408,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def __getstate__(self):
         state = super().__getstate__()
         state.pop("interrupt_requested_", None)
+        state.pop("compiled_step_", None)  # compiled code does not pickle; a continued fit compiles again
         return state
+
+    def torch_compile(self, module, name):
+        """skorch's hook, left as is: ``compile`` here applies to the sampler's transition
+        (:mod:`bayesnet.samplers.compiled`), which :func:`bayesnet.estimators.run.prepare_compiled` sets up."""
+        return module
 
     def __setstate__(self, state):
         # skorch maps CUDA tensors to the available device using `device`; give it a concrete device for "auto".

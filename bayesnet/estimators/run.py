@@ -254,6 +254,22 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     net.steps_planned_total_ = step + extra
 
 
+def prepare_compiled(net) -> None:
+    """Set up the compiled transition for this call (``compiled_step_``) when ``compile`` and the run ask for it
+    (:func:`bayesnet.samplers.compiled.compile_decision`); a continued fit keeps the one it has. The decision
+    is recorded in ``fit_status_["compiled"]``."""
+    from ..samplers.compiled import CompiledTransition, compile_decision
+
+    if net.__dict__.get("compiled_step_") is not None:
+        net.fit_status_["compiled"] = "compiled"
+        return
+    warm_until = max(int(net.sampler_.adaptation_length()), int(net.sampler_state_.step))
+    after = max(int(net.steps_planned_total_) - warm_until, 0)
+    ok, why = compile_decision(net.compile, net.sampler_, net.posterior_, after)
+    net.compiled_step_ = CompiledTransition(net.sampler_, net.posterior_, net.sampler_state_.layout) if ok else None
+    net.fit_status_["compiled"] = why
+
+
 #: a sampler step of fewer floating-point operations than this (forward and backward of a mini-batch, all members)
 #: runs on one intra-op thread. Measured on this project's 2-core machine, busy with other work: a default
 #: breast-cancer fit took 0.85 CPU-s on one thread against 1.48 on two (wall 0.85 s against 0.75 s), and a

@@ -519,6 +519,20 @@ class Sampler(BaseEstimator):
         During the warm-up every gradient feeds the mass estimate and, at the end of each window, the mass and
         step size are set anew (:mod:`bayesnet.samplers.warmup`); once it ends they are frozen.
         """
+        self.gibbs_step(state, potential)
+        warm = state.warmup
+        if warm is None:
+            return self._step(state, potential, batch)
+        if not warm.started:
+            _warmup.start(self, state, potential, batch)
+        state, info = self._step(state, _warmup.watch(potential, warm, state.step), batch)
+        warm.remember(batch)
+        _warmup.guard(self, state, info, potential, batch)
+        _warmup.after_step(self, state, potential, batch)
+        return state, info
+
+    def gibbs_step(self, state: SamplerState, potential: Potential) -> None:
+        """The prior's Gibbs step on its hyperparameters, when due (:meth:`step` calls it first)."""
         every = getattr(potential, "gibbs_interval", None)
         # the prior's hyperparameters given the positions: a Gibbs step, from the second half of the warm-up on.
         # Before, the chain first meets the data at the prior's initial scale: drawn from the starting weights
@@ -530,16 +544,27 @@ class Sampler(BaseEstimator):
             change = potential.gibbs_update(state.rng)
             if change is not None:
                 self.potential_changed(state, *change)
-        warm = state.warmup
-        if warm is None:
-            return self._step(state, potential, batch)
-        if not warm.started:
-            _warmup.start(self, state, potential, batch)
-        state, info = self._step(state, _warmup.watch(potential, warm, state.step), batch)
-        warm.remember(batch)
-        _warmup.guard(self, state, info, potential, batch)
-        _warmup.after_step(self, state, potential, batch)
-        return state, info
+
+    # ------------------------------------------------------------------ #
+    # compiled transitions (bayesnet.samplers.compiled): what a kernel declares
+    # ------------------------------------------------------------------ #
+    #: whether the kernel writes its frozen step as a pure function (:meth:`pure_transition`)
+    compiles: ClassVar[bool] = False
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """The frozen step as a pure function of tensors, ``potentials`` the potential's
+        (:meth:`~bayesnet.posterior.ChainPosterior.functional`); called with :meth:`transition_inputs`, its
+        result applied by :meth:`finish_transition`."""
+        raise NotImplementedError(f"{self.name} has no pure transition.")
+
+    def transition_inputs(self, state: SamplerState, potential: Potential, batch: Any) -> tuple:
+        """The arguments of :meth:`pure_transition`'s function for this step, its noise drawn from the chains'
+        streams as the eager step draws it."""
+        raise NotImplementedError(f"{self.name} has no pure transition.")
+
+    def finish_transition(self, state: SamplerState, outputs) -> StepInfo:
+        """Write the pure function's outputs into ``state`` (advancing its step) and return the step's info."""
+        raise NotImplementedError(f"{self.name} has no pure transition.")
 
     def _step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
         """One transition of the kernel, reading ``state.precond`` for its step size and mass."""

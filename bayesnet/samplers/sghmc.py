@@ -15,7 +15,7 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import chain_numel, momentum_views, normal_flat, position_step
 from .random import ChainRandom
-from .warmup import HEAT, WARMUP_DOC, Preconditioner, views
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, views
 
 __all__ = ["SGHMC"]
 
@@ -157,6 +157,48 @@ class SGHMC(Sampler):
         state.step += 1
         return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
                                kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout))
+
+    # the same step as a pure function, for bayesnet.samplers.compiled
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """:meth:`_step` as a pure function: ``(positions, momenta, noise, kick, noise_scale, weight, X, y,
+        factors, offset) -> (positions, momenta, potentials, kinetic energies)``."""
+        alpha = float(self.friction)
+
+        def total(ps, X, y, factors, offset):
+            u = potentials(ps, X, y, factors, offset)
+            return u.sum(), u
+
+        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+
+        def transition(position, flat, z, kick, noise, weight, X, y, factors, offset):
+            moved = [p + m for p, m in zip(position, views(flat, position))]  # A
+            grads, (_, u) = grad_and_value(moved, X, y, factors, offset)
+            flat = flat * (1.0 - alpha) + z * noise - flatten(grads, layout) * kick  # O, then B
+            return moved, flat, u, (flat * flat * weight).sum(-1)
+
+        return transition
+
+    def transition_inputs(self, state: MomentumState, potential: Potential, batch: Any) -> tuple:
+        pre, alpha, flat = state.precond, self.friction, state.flat_momentum
+        kick = state.derived("kick_flat", lambda: pre.per_coordinate(pre.step_size, 1.0, flat))
+        noise = state.derived("noise", lambda: pre.per_coordinate(
+            torch.sqrt(2.0 * (alpha - self.noise_estimate) * pre.step_size * self.temperature), 0.5, flat))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(0.5 / pre.step_size, -1.0, flat))
+        z = normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat)
+        factors, offset = potential.prior_form()
+        X, y = batch
+        return [p.detach() for p in state.position], flat, z, kick, noise, weight, X, y, factors, offset
+
+    def finish_transition(self, state: MomentumState, outputs) -> StepInfo:
+        moved, flat, value, kinetic = outputs
+        with torch.no_grad():
+            torch._foreach_copy_([p for p in state.position], moved)
+            state.flat_momentum.copy_(flat)
+        state.step += 1
+        return StepInfo(potential=value.detach(), kinetic_energy=kinetic,
+                        kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout))
 
 
 SGHMC.__doc__ = SGHMC.__doc__.replace("{warmup}", WARMUP_DOC)

@@ -127,5 +127,42 @@ class SGLD(Sampler):
         state.step += 1
         return state, StepInfo(potential=value.detach())
 
+    # the same step as a pure function, for bayesnet.samplers.compiled
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """:meth:`_step` as a pure function: ``(positions, noise, drift, noise_scale, X, y, factors, offset) ->
+        (positions, potentials)``."""
+
+        def total(ps, X, y, factors, offset):
+            u = potentials(ps, X, y, factors, offset)
+            return u.sum(), u
+
+        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+
+        def transition(position, z, drift, noise, X, y, factors, offset):
+            grads, (_, u) = grad_and_value(position, X, y, factors, offset)
+            return [p - d * g + n * e for p, d, g, n, e in zip(position, drift, grads, noise, z)], u
+
+        return transition
+
+    def transition_inputs(self, state: SamplerState, potential: Potential, batch: Any) -> tuple:
+        pre, position = state.precond, state.position
+        template = state.derived("template", lambda: flatten([p.detach() for p in position], state.layout))
+        drift = state.derived("drift", lambda: views(pre.per_coordinate(pre.step_size, 1.0, template), position))
+        noise = state.derived("noise", lambda: views(pre.per_coordinate(
+            torch.sqrt(2.0 * pre.step_size * self.temperature), 0.5, template), position))
+        z = gaussian_like(position, state.rng, state.layout)
+        factors, offset = potential.prior_form()
+        X, y = batch
+        return [p.detach() for p in position], z, drift, noise, X, y, factors, offset
+
+    def finish_transition(self, state: SamplerState, outputs) -> StepInfo:
+        new, value = outputs
+        with torch.no_grad():
+            torch._foreach_copy_([p for p in state.position], new)
+        state.step += 1
+        return StepInfo(potential=value.detach())
+
 
 SGLD.__doc__ = SGLD.__doc__.replace("{warmup}", WARMUP_DOC)

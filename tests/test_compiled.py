@@ -1,0 +1,87 @@
+"""The compiled transition (bayesnet.samplers.compiled): the same numbers as the eager kernel, compiled once,
+an eager fallback with one warning, and the decision of ``compile="auto"``."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+import bayesnet.samplers.compiled as compiled_module
+from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor
+from bayesnet.samplers.compiled import COMPILE_MIN_STEPS
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return StandardScaler().fit_transform(X)[:200], y[:200]
+
+
+def _fit(est, X, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return est.fit(X, y)
+
+
+@pytest.mark.parametrize("sampler", ["sghmc", "sgld"])
+def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
+    """Same seed, same streams: after the warm-up (eager in both) 400 compiled steps retrace the eager chains
+    within float32 rounding; the hierarchical prior's Gibbs steps run in between."""
+    X, y = cancer
+    params = dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=40, n_chains=2, batch_size=64,
+                  random_state=0)
+    eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
+    fast = _fit(BayesianMLPClassifier(compile=True, **params), X, y)
+    if fast.compiled_step_.fallback is not None:
+        pytest.skip(f"torch.compile is not available here: {fast.compiled_step_.fallback}")
+    assert fast.fit_status_["compiled"] == "compiled" and eager.fit_status_["compiled"] == "compile=False"
+    assert fast.compiled_step_.compile_seconds > 0
+    a, b = eager.trace_.as_array(), fast.trace_.as_array()
+    assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
+    np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-4)
+
+
+def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeypatch):
+    """A compiler that fails (no C++ toolchain, say) costs one UserWarning; the run goes on eagerly with the
+    same numbers, and the estimator pickles."""
+    def broken(fn, **kwargs):
+        def call(*args):
+            raise RuntimeError("no working C++ compiler")
+        return call
+
+    monkeypatch.setattr(compiled_module.torch, "compile", broken)
+    X, y = cancer
+    params = dict(hidden_layer_sizes=(8,), burn_in=50, n_draws=20, batch_size=64, random_state=1)
+    with pytest.warns(UserWarning, match="could not compile the sghmc transition") as record:
+        fast = _fit(BayesianMLPRegressor(compile=True, **params), X, y.astype(float))
+    assert sum("could not compile" in str(w.message) for w in record) == 1
+    assert fast.compiled_step_.fallback.startswith("RuntimeError: no working C++ compiler")
+    eager = _fit(BayesianMLPRegressor(compile=False, **params), X, y.astype(float))
+    np.testing.assert_allclose(fast.trace_.as_array(), eager.trace_.as_array(), rtol=1e-5, atol=1e-6)
+    clone = pickle.loads(pickle.dumps(fast))
+    assert "compiled_step_" not in vars(clone)
+    np.testing.assert_allclose(clone.predict(X), fast.predict(X))
+
+
+def test_auto_compiles_only_runs_that_repay_it(cancer):
+    X, y = cancer
+    short = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), burn_in=50, n_draws=10, random_state=0), X, y)
+    assert short.compile == "auto" and short.compiled_step_ is None
+    assert short.fit_status_["compiled"].startswith("compile='auto'") and str(COMPILE_MIN_STEPS) in \
+        short.fit_status_["compiled"]
+    other = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), sampler="hmc", burn_in=20, n_draws=5, compile=True,
+                                       random_state=0), X, y)
+    assert other.compiled_step_ is None and "no pure transition" in other.fit_status_["compiled"]
+
+
+def test_compile_is_validated(cancer):
+    X, y = cancer
+    with pytest.raises(ValueError, match="compile"):
+        BayesianMLPClassifier(compile="always").fit(X, y)
