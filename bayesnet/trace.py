@@ -270,18 +270,23 @@ class Trace:
         sizes = [int(np.prod(s)) for s in self.shapes]
         return [chunk.reshape(*lead, *s) for chunk, s in zip(flat.split(sizes, dim=-1), self.shapes)]
 
-    def common_slots(self) -> tuple[list[int], int]:
-        """The slots that hold draws and the length they share (the smallest count among them)."""
+    def common_slots(self, active_only: bool = False) -> tuple[list[int], int]:
+        """The slots that hold draws and the length they share (the smallest count among them); with
+        ``active_only``, only the slots still running (a diverged chain's earlier draws left out), unless none
+        is."""
         full = [s for s in range(self.n_slots) if self._stored[s] > 0]
+        if active_only and any(self.active[s] for s in full):
+            full = [s for s in full if self.active[s]]
         return full, (int(min(self._stored[s] for s in full)) if full else 0)
 
-    def as_array(self, potentials: bool = False, stat: str | None = None) -> np.ndarray:
+    def as_array(self, potentials: bool = False, stat: str | None = None, active_only: bool = False) -> np.ndarray:
         """Draws shaped (chain, draw, D) for diagnostics: the slots holding draws, each cut to its last ``n``
         draws, ``n`` the smallest count among them (chains must have equal lengths for R-hat).
 
         With ``potentials=True`` (or ``stat=name``) that statistic at those draws instead, shape (chain, draw).
+        ``active_only``: as :meth:`common_slots` (the convergence checks judge the chains that finished).
         """
-        full, n = self.common_slots()
+        full, n = self.common_slots(active_only)
         if potentials:
             stat = "potential"
         if not full or self._buffer is None:

@@ -31,9 +31,10 @@ def _fit(data, **params):
 
 
 def test_a_healthy_fit_raises_no_warning(iris):
-    """Exact HMC on a small network, two chains: function-space R-hat near 1 and enough effective draws, so
-    nothing is raised; the checks are computed on the log-likelihood of fixed training rows."""
-    est, messages = _fit(iris, sampler="hmc", n_chains=2, burn_in=300, n_draws=100, thinning=2)
+    """Exact HMC on a small network under the fan-in prior, two chains: function-space R-hat near 1 and enough
+    effective draws, so nothing is raised; the checks are computed on the log-likelihood of fixed training rows.
+    (With the hierarchical prior the precisions, drawn every 10 trajectories, mix slower: R-hat 1.11 here.)"""
+    est, messages = _fit(iris, sampler="hmc", n_chains=2, burn_in=300, n_draws=100, thinning=2, prior_scale="fan_in")
     assert messages == []
     conv = est.convergence_
     assert set(conv) >= {"log_likelihood", "pointwise_log_likelihood"}
@@ -52,13 +53,13 @@ def test_a_burn_in_too_short_warns_and_names_burn_in(iris):
 def test_a_step_far_too_large_warns_that_the_chain_ran_hot(iris):
     """An explicit SGHMC step size far above the stable one (the warm-up picks about 1e-3 here): the chain does
     not diverge but runs hot, and the warning gives its measured kinetic temperature and names the setting."""
-    est, messages = _fit(iris, sampler__step_size=3e-2, burn_in=300, n_draws=50, batch_size=32)
+    est, messages = _fit(iris, sampler__step_size=1e-2, burn_in=300, n_draws=50, batch_size=32)
     hot = [m for m in messages if "ran hot" in m]
     assert hot, messages
     figure = float(re.search(r"averaged ([0-9.e+-]+) after burn-in", hot[0]).group(1))
     measured = est.step_stats_.member_means("kinetic_temperature")
     assert figure == pytest.approx(float(np.max(measured)), rel=1e-2) and figure > 2
-    assert "sampler__step_size=0.03" in hot[0]
+    assert "sampler__step_size=0.01" in hot[0]
 
 
 def test_too_few_effective_draws_warn(iris):

@@ -137,13 +137,18 @@ class DivergenceMonitor(Callback):
         if not training or info is None:
             return
         sampler_state = net.sampler_state_
-        report = getattr(sampler_state, "warmup_report", None)
-        if getattr(sampler_state, "warmup", None) is not None or (report is not None and step <= report["n_steps"]):
-            return  # the sampler's warm-up guards itself: it puts back and slows a member that goes bad
         state = self._state(net)
         burn_in = net.plan_.burn_in
-        bad = state["bad"]
         u = info.potential.detach().reshape(-1).double()
+        if step <= burn_in and step > 3 * burn_in // 4:  # the reference: the last quarter of the burn-in (after
+            # the prior's precisions have started to move, at half of it), during a warm-up too
+            state["ref_sum"] += torch.nan_to_num(u, nan=0.0, posinf=0.0, neginf=0.0)
+            state["ref_sq"] += torch.nan_to_num(u * u, nan=0.0, posinf=0.0, neginf=0.0)
+            state["ref_n"] += 1
+        report = sampler_state.warmup_report
+        if sampler_state.warmup is not None or (report is not None and step <= report["n_steps"]):
+            return  # the sampler's warm-up guards itself: it puts back and slows a member that goes bad
+        bad = state["bad"]
         bad[0] |= ~torch.isfinite(u)
         target = net.sampler_.target_temperature()
         t_kin = info.kinetic_temperature
@@ -151,10 +156,6 @@ class DivergenceMonitor(Callback):
             t_kin = t_kin.detach().reshape(-1).double()
             bad[0] |= ~torch.isfinite(t_kin)
         if step <= burn_in:
-            if step > burn_in // 2:  # the reference: the second half of the warm-up
-                state["ref_sum"] += torch.nan_to_num(u, nan=0.0, posinf=0.0, neginf=0.0)
-                state["ref_sq"] += torch.nan_to_num(u * u, nan=0.0, posinf=0.0, neginf=0.0)
-                state["ref_n"] += 1
             if t_kin is not None and target:
                 hot = t_kin > self.warmup_temperature_limit * target
                 state["hot_run"] = torch.where(hot, state["hot_run"] + 1, torch.zeros_like(state["hot_run"]))

@@ -377,7 +377,7 @@ def pointwise_log_likelihood(net) -> np.ndarray:
     draws, each cut to the common length, as :meth:`Trace.as_array`."""
     trace = net.trace_
     X, y = net.check_rows_
-    flat = torch.as_tensor(trace.as_array())  # (C, n, D)
+    flat = torch.as_tensor(trace.as_array(active_only=True))  # (C, n, D)
     C, n = flat.shape[:2]
     params = trace.unflatten(flat.reshape(C * n, -1).float())
     names = [name for name, p in net.module_.named_parameters() if p.requires_grad]
@@ -400,7 +400,7 @@ def convergence(net) -> dict:
     trace = getattr(net, "trace_", None)
     if trace is None or len(trace) == 0 or getattr(net, "check_rows_", None) is None:
         return {}
-    full, n = trace.common_slots()
+    full, n = trace.common_slots(active_only=True)
     if n < 8:
         return {}
     out = {}
@@ -415,7 +415,7 @@ def convergence(net) -> dict:
         ess = np.array([bulk_effective_sample_size(ll[:, :, r]) for r in rows])
         out["pointwise_log_likelihood"] = {"rhat": float(np.quantile(rhat, 0.9)), "ess_bulk": float(np.quantile(ess, 0.1)),
                                            "rows": int(len(rows))}
-    potentials = trace.as_array(potentials=True)
+    potentials = trace.as_array(potentials=True, active_only=True)
     if np.all(np.isfinite(potentials)):
         out["potential"] = {"rhat": rank_normalized_split_rhat(potentials),
                             "ess_bulk": bulk_effective_sample_size(potentials)}
@@ -472,7 +472,12 @@ def convergence_messages(net, state) -> list[str]:
                    f"below {ESS_WARN:g}): predictions average few independent draws. {fix}")
     target = net.sampler_.target_temperature() if state is not None else None
     means = net.step_stats_.member_means("kinetic_temperature") if getattr(net, "step_stats_", None) else None
-    if target and means is not None and np.all(np.isfinite(means)):
+    if means is not None:  # the chains that finished: a diverged one was stopped and is reported as such
+        state_ = getattr(net, "divergence_state_", None)
+        if state_ is not None:
+            means = means[np.repeat(state_["alive"], net.layout_.members_per_chain)]
+        means = means[np.isfinite(means)]
+    if target and means is not None and means.size:
         D = int(net.posterior_.n_parameters_per_member) if getattr(net, "posterior_", None) is not None else 1
         tolerance = HEAT_WARN + 3.0 * math.sqrt(2.0 / max(D, 1))
         ratio = means / target
