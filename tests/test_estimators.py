@@ -410,3 +410,40 @@ def test_fit_runs_small_steps_on_one_thread_and_restores_the_callers_setting(can
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_warm_up_longer_than_the_burn_in_is_refused(cancer):
+    Xtr, _, ytr, _ = cancer
+    with pytest.raises(ValueError, match="adaptation_steps=300 is longer than burn_in=100"):
+        BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=100, n_draws=5,
+                              sampler__adaptation_steps=300).fit(Xtr, ytr)
+
+
+def test_continuing_with_a_tempering_sampler_refuses_the_hierarchical_prior(cancer):
+    """The hierarchical prior is improper when tempered: a continued fit whose sampler now tempers is refused."""
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=20, n_draws=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(Xtr, ytr)
+    clf.set_params(sampler__temperature=2.0)
+    with pytest.raises(ValueError, match="temperature 1 throughout"):
+        clf.partial_fit(Xtr, ytr)
+
+
+def test_recurrent_fits_keep_the_callers_threads():
+    """The flop counter has no formula for the fused recurrent kernels: such a fit keeps the caller's setting."""
+    from bayesnet import BayesianRNNClassifier
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        X = np.random.default_rng(0).normal(size=(40, 5, 1))
+        y = (X[:, -1, 0] > 0).astype(int)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            est = BayesianRNNClassifier(hidden_size=4, dense_layer_sizes=(4,), burn_in=10, n_draws=2,
+                                        random_state=0).fit(X, y)
+        assert est.fit_status_["intra_op_threads"] == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -59,7 +59,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     """
 
     prefixes_ = NeuralNet.prefixes_ + ["sampler"]
-    cuda_dependent_attributes_ = NeuralNet.cuda_dependent_attributes_ + ["posterior_", "sampler_state_"]
+    cuda_dependent_attributes_ = NeuralNet.cuda_dependent_attributes_ + ["posterior_", "sampler_state_", "prior_"]
 
     _parameter_constraints = {
         "sampler": [StrOptions(set()), Sampler, type],

@@ -73,8 +73,15 @@ def resolve_thinning(thinning, cls) -> int:
 
 
 def make_plan(net, n_data: int, step_offset: int = 0) -> RunPlan:
+    """The run plan; raises ValueError for a sampler whose warm-up would outlast the burn-in (kept draws must
+    come from the frozen kernel)."""
     cls = sampler_class(net.sampler)
     probe = make_sampler(net.sampler, **net.get_params_for("sampler"))
+    n = getattr(probe, "adaptation_steps", "auto")
+    if n != "auto" and int(n) > int(net.burn_in):
+        raise ValueError(f"sampler__adaptation_steps={n} is longer than burn_in={net.burn_in}: the draws kept after "
+                         "the burn-in would come from a kernel still adapting. Set burn_in to at least "
+                         "adaptation_steps, or adaptation_steps='auto' (the burn-in).")
     return RunPlan(n_data=n_data, batch_size=resolve_batch_size(net.batch_size, n_data, cls.full_batch),
                    burn_in=int(net.burn_in), n_draws=int(net.n_draws), thinning=resolve_thinning(net.thinning, cls),
                    steps_per_draw=probe.steps_per_draw(), max_epochs=net.max_epochs,
@@ -226,6 +233,9 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     net.sampler_ = sampler.configure(net.plan_)
     if "prior_scale" in changed:
         net.prior_ = net.posterior_.prior = make_prior(net.prior_scale, net.sampler_)
+        net.sampler_.reset_cache(net.sampler_state_)  # cached potentials were under the old prior
+    else:
+        make_prior(net.prior_, net.sampler_)  # a sampler that now tempers refuses a hierarchical prior (ValueError)
     for key in ("noise_shape", "noise_scale"):
         if key in changed:
             setattr(net.criterion_, key, float(now[key]))
@@ -284,6 +294,10 @@ def step_flops(net, X, batch_size: int) -> float:
     of one row, counted by :class:`torch.utils.flop_counter.FlopCounterMode`, times the batch and the members."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from ..networks import RNN
+
+    if any(isinstance(m, (RNN, torch.nn.RNNBase)) for m in net.module_.modules()):
+        return math.inf  # the counter has no formula for the fused recurrent kernels (it counts an LSTM as 0)
     row = torch.as_tensor(np.asarray(X[:1]), dtype=torch.float32)
     counter = FlopCounterMode(display=False)
     try:
@@ -296,20 +310,29 @@ def step_flops(net, X, batch_size: int) -> float:
     return 3.0 * counter.get_total_flops() * batch_size * members
 
 
+_THREADS_LOCK = threading.Lock()
+_THREADS = {"users": 0, "saved": None}
+
+
 @contextlib.contextmanager
 def sampling_threads(net, X, batch_size: int):
     """Within this context, torch's intra-op threads are set for the run (:data:`THREAD_WORK`); the caller's
     setting is restored afterwards. The count used is recorded in ``fit_status_["intra_op_threads"]``."""
-    before = torch.get_num_threads()
-    n = before
-    if before > 1 and str(net.device).startswith("cpu") and step_flops(net, X, batch_size) < THREAD_WORK:
-        n = 1
-    net.fit_status_["intra_op_threads"] = n
-    torch.set_num_threads(n)
+    small = net.device_.type == "cpu" and step_flops(net, X, batch_size) < THREAD_WORK
+    with _THREADS_LOCK:  # the setting is the process's: fits in threads share it, the last one out restores it
+        if _THREADS["users"] == 0:
+            _THREADS["saved"] = torch.get_num_threads()
+        _THREADS["users"] += 1
+        if small:
+            torch.set_num_threads(1)
+        net.fit_status_["intra_op_threads"] = torch.get_num_threads()
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        with _THREADS_LOCK:
+            _THREADS["users"] -= 1
+            if _THREADS["users"] == 0:
+                torch.set_num_threads(_THREADS["saved"])
 
 
 @contextlib.contextmanager

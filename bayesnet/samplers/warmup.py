@@ -60,7 +60,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from .estimates import (curvature, diagonal_curvature, flatten, mass_from_moments, member_mask, member_view,
+from .estimates import (_per_member_reduce, curvature, diagonal_curvature, flatten, mass_from_moments, member_mask, member_view,
                         noise_fraction, regrad, views)
 
 __all__ = ["Preconditioner", "WarmUp", "windows", "member_view", "flatten", "views", "regrad", "mass_from_moments",
@@ -384,6 +384,9 @@ def guard(sampler, state, info, potential, batch) -> None:
     if state.step % warm.guard_every != 0 and state.step not in warm.ends:  # (checked before a window's update)
         return
     S = layout.n_members or 1
+    # positions too: samplers that report the potential from before their move have not evaluated this one
+    warm.bad = warm.bad | _per_member_reduce([p.detach() for p in state.position], layout,
+                                             lambda x: ~torch.isfinite(x).all(dim=1)).reshape(-1)
     warm_ok = torch.ones(S, dtype=torch.bool, device=warm.bad.device)
     if warm.heat is not None and target:  # hot on average over the interval, or at its last step
         t = info.kinetic_temperature.detach().reshape(-1).double()
