@@ -78,8 +78,10 @@ class GaussianLikelihood(nn.Module):
     def __init__(self, n_outputs: int = 1, noise_shape: float = 1.0, noise_scale: float = 0.1,
                  init_noise_variance: float = 0.1):
         super().__init__()
-        if noise_shape <= 0 or noise_scale <= 0 or init_noise_variance <= 0:
-            raise ValueError("noise_shape, noise_scale and init_noise_variance must be > 0.")
+        for name, value in (("noise_shape", noise_shape), ("noise_scale", noise_scale),
+                            ("init_noise_variance", init_noise_variance)):
+            if not (math.isfinite(value) and value > 0):  # (NaN fails both)
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
         self.noise_shape = float(noise_shape)
         self.noise_scale = float(noise_scale)
         self.log_noise_variance = nn.Parameter(torch.full((n_outputs,), math.log(init_noise_variance)))

@@ -132,6 +132,30 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
         run.make_plan(self, 1)  # the sampler's own hyperparameters (unknown names, ranges)
 
+    def _validate_params(self):
+        """skorch's check of unknown arguments, with a hint when one is a sampler hyperparameter given without
+        its ``sampler__`` prefix."""
+        try:
+            super()._validate_params()
+        except ValueError as exc:
+            names = set(sampler_class(self.sampler).hyperparameter_names()) if self._sampler_known() else set()
+            bare = sorted(k for k in self._params_to_validate if k in names)
+            if not bare:
+                raise
+            hint = ", ".join(f"sampler__{k}={getattr(self, k)!r}" for k in bare)
+            raise ValueError(f"{', '.join(bare)} is a hyperparameter of the {self._sampler_name()} sampler: pass it "
+                             f"as {hint}. ({exc})") from None
+
+    def _sampler_known(self) -> bool:
+        try:
+            sampler_class(self.sampler)
+            return True
+        except (ValueError, TypeError):
+            return False
+
+    def _sampler_name(self) -> str:
+        return sampler_class(self.sampler).name
+
     def set_params(self, **params):
         """Set parameters; ``sampler`` and ``sampler__*`` take effect at the next ``fit``/``partial_fit``."""
         sampler_params = {k: v for k, v in params.items() if k == "sampler" or k.startswith("sampler__")}

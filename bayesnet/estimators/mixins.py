@@ -120,7 +120,11 @@ class BayesianRegressorMixin(RegressorMixin):
         return tags
 
     def _validate_targets(self, y, reset: bool, classes=None):
-        y = np.asarray(y, dtype=np.float64)
+        try:
+            y = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the regression target y must be numeric: {exc}. For class labels use a classifier; "
+                             "otherwise convert y to numbers.") from None
         if reset:
             self._y_is_1d = y.ndim == 1
         y2 = y.reshape(len(y), -1)
