@@ -224,7 +224,8 @@ def mixture_quantile(means: Tensor, stds: Tensor, q: float, weights: Tensor | No
         lo = torch.where(cdf < 0, x, lo)
         hi = torch.where(cdf < 0, hi, x)
         newton = x - cdf / pdf.clamp_min(torch.finfo(x.dtype).tiny)
-        inside = (newton > lo) & (newton < hi) & torch.isfinite(newton)
+        # inclusive: a converged iterate (CDF already 0 to rounding, so x became an end of the bracket) stays
+        inside = (newton >= lo) & (newton <= hi) & torch.isfinite(newton)
         new = torch.where(inside, newton, 0.5 * (lo + hi))
         done = bool(((new - x).abs() <= tol * big).all())
         x = new

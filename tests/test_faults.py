@@ -730,10 +730,6 @@ def test_mixture_quantile_is_the_quantile():
             assert float(x[row, 0]) == pytest.approx(exact, abs=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason="mixture_quantile drops a converged Newton iterate: when the CDF is already 0 "
-                   "to rounding the bracket end equals x, 'newton < hi' fails and it bisects from the wide bracket "
-                   "again, so a block runs all 40 iterations (bayesnet/predictive.py:227-229); intervals then cost "
-                   "~4x the mean instead of <= 3x")
 def test_mixture_quantile_converges_in_a_few_newton_steps():
     means, stds = _mixture()
     for q in (0.025, 0.975):
