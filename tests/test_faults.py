@@ -159,8 +159,6 @@ def test_a_killed_worker_costs_only_its_own_chains(killed, reference, iris, tmp_
     np.testing.assert_array_equal(bayesnet.load(tmp_path / "m.bayesnet").predict_proba(X), proba)
 
 
-@pytest.mark.xfail(strict=True, reason="parallel.merge sums draws_wanted over the surviving groups only and keeps "
-                   "status 'complete' (bayesnet/estimators/parallel.py, merge: 'draws_wanted' and 'status')")
 def test_lost_chains_count_as_wanted_draws(killed):
     est, _ = killed
     status = est.fit_status_
@@ -168,8 +166,6 @@ def test_lost_chains_count_as_wanted_draws(killed):
     assert status["status"] != "complete"
 
 
-@pytest.mark.xfail(strict=True, reason="fit_groups continues only net.shards_ and merges with lost_chains=[]: after "
-                   "partial_fit the lost chains are forgotten (bayesnet/estimators/parallel.py, fit_groups)")
 def test_lost_chains_stay_recorded_after_partial_fit(killed, iris):
     est, _ = killed
     est = copy.deepcopy(est)
@@ -196,9 +192,6 @@ def test_a_memory_error_in_one_worker_costs_only_its_group_and_continues_exactly
     assert all(torch.equal(a, b) for a, b in zip(again.trace_.draws(per_slot=True)[2:], reference[2:]))
 
 
-@pytest.mark.xfail(strict=True, reason="the MemoryError warning does not name the group's chains, and fit_status_ "
-                   "records the fault as stopped_by='interrupt' (bayesnet/estimators/parallel.py, fit_groups: "
-                   "'a group of chains stopped early with ...'; run.finish_call)")
 def test_the_memory_error_warning_names_the_chains(out_of_memory):
     est, messages = out_of_memory
     message = next(m for m in messages if "MemoryError" in m)
@@ -206,9 +199,6 @@ def test_the_memory_error_warning_names_the_chains(out_of_memory):
     assert "MemoryError" in str(est.fit_status_)
 
 
-@pytest.mark.xfail(strict=True, reason="fit_status_['steps_taken'] is the maximum over the groups, so a group "
-                   "stopped at step 30 is reported as 'interrupted at step 40 of 40 planned' "
-                   "(bayesnet/estimators/parallel.py, merge: 'steps_taken')")
 def test_a_fault_in_one_group_reports_the_step_it_stopped_at(out_of_memory):
     _, messages = out_of_memory
     message = next(m for m in messages if "interrupted at step" in m)
@@ -224,9 +214,6 @@ def test_every_group_lost_is_a_runtime_error(iris):
         est.predict(X)
 
 
-@pytest.mark.xfail(strict=True, reason="a MemoryError in every group comes back as a fit that returns normally "
-                   "with 0 draws (without n_jobs the MemoryError is raised): bayesnet/estimators/parallel.py, "
-                   "fit_groups raises only when every group's error is a DivergenceError")
 def test_a_memory_error_in_every_group_is_raised(iris):
     X, y = iris
     est = BayesianMLPClassifier(**GROUPS, callbacks=[("fault", WorkerFault((0, 2), 3, "memory"))])

@@ -112,17 +112,24 @@ def fit_groups(net, X, y, classes) -> None:
         raise RuntimeError("every group of chains was lost: their worker processes died (killed, or out of "
                            "memory); lower n_jobs, or fit fewer chains per process.")
     kept = [done[i] for i in sorted(done)]
-    merge(net, [shard for shard, _ in kept], lost_chains=[c for i in lost for c in _chains(shards[i])])
-    errors = [err for _, err in kept if err is not None]
-    for err in errors:
-        if not isinstance(err, DivergenceError):
-            from .run import user_stacklevel
-            warnings.warn(f"a group of chains stopped early with {type(err).__name__}: {err}; its draws so far "
-                          "are kept.", ConvergenceWarning, stacklevel=user_stacklevel())
-    from .run import warn_status
+    lost_chains = sorted(set(getattr(net, "fit_status_", {}).get("lost_chains", []) if not fresh else [])
+                         | {c for i in lost for c in _chains(shards[i])})  # lost earlier stay lost
+    errors = [(shard, err) for shard, err in kept if err is not None]
+    merge(net, [shard for shard, _ in kept], lost_chains=lost_chains,
+          faults=[f"{type(err).__name__} in chains {_chains(shard)}" for shard, err in errors
+                  if not isinstance(err, DivergenceError)])
+    from .run import user_stacklevel, warn_status
 
-    if errors and len(errors) == len(kept) and all(isinstance(e, DivergenceError) for e in errors):
-        raise errors[0]  # every chain diverged (each group's error names its own); the draws kept are merged
+    for shard, err in errors:
+        if not isinstance(err, DivergenceError):
+            warnings.warn(f"the group of chains {_chains(shard)} stopped early with {type(err).__name__}: {err}; "
+                          "its draws so far are kept, and partial_fit continues it.", ConvergenceWarning,
+                          stacklevel=user_stacklevel())
+    if errors and len(errors) == len(kept):
+        if all(isinstance(e, DivergenceError) for _, e in errors):
+            raise errors[0][1]  # every chain diverged (each group's error names its own); the draws are merged
+        first = next(e for _, e in errors if not isinstance(e, DivergenceError))
+        raise type(first)(f"every group of chains stopped with an error: {first}") from first
     warn_status(net)
 
 
@@ -131,7 +138,7 @@ def _chains(shard) -> list[int]:
     return list(range(first, first + int(shard.n_chains)))
 
 
-def merge(net, shards, lost_chains=()) -> None:
+def merge(net, shards, lost_chains=(), faults=()) -> None:
     """Merge the groups' traces, statistics and reports into ``net``."""
     net.shards_ = list(shards)
     first = shards[0]
@@ -171,13 +178,22 @@ def merge(net, shards, lost_chains=()) -> None:
     diverged = {c: d for s in statuses for c, d in s["diverged_chains"].items()}
     rank = ["complete", "short", "interrupted", "diverged"]
     status = max((s["status"] for s in statuses), key=rank.index)
+    if (lost_chains or faults) and status == "complete":
+        status = "short"  # fewer draws than asked for: a group was lost or stopped by an error
+    wanted = int(net.n_draws) * net.trace_.n_slots  # every chain asked for, lost ones included
+    wanted += int(net.n_draws) * len(lost_chains) * first.layout_.members_per_chain
     net.fit_status_ = {
         "status": status, "diverged_chains": diverged,
-        "stopped_by": next((s["stopped_by"] for s in statuses if s["stopped_by"]), None),
+        "stopped_by": ("; ".join(faults) if faults else
+                       next((s["stopped_by"] for s in statuses if s["stopped_by"]), None)),
         "lost_chains": list(lost_chains),
-        **{k: sum(s.get(k, 0) for s in statuses) for k in ("draws_kept", "draws_wanted", "draws_discarded")},
-        "steps_taken": max(s.get("steps_taken", 0) for s in statuses),
-        "steps_planned": max(s.get("steps_planned", 0) for s in statuses)}
+        **{k: sum(s.get(k, 0) for s in statuses) for k in ("draws_kept", "draws_discarded")},
+        "draws_wanted": wanted,
+        # the step the run reached: the group that stopped first (the others went further)
+        "steps_taken": min(s.get("steps_taken", 0) for s in statuses),
+        "steps_planned": max(s.get("steps_planned", 0) for s in statuses),
+        "intra_op_threads": first.fit_status_.get("intra_op_threads"),
+        "compiled": first.fit_status_.get("compiled")}
     if lost_chains:
         from .run import user_stacklevel
         warnings.warn(f"the worker process fitting chains {list(lost_chains)} died (killed, or out of memory): "

@@ -557,7 +557,7 @@ def warn_status(net) -> None:
                         f"{report.get('reason') or 'its step size kept changing'}. Increase burn_in (now "
                         f"{net.burn_in}).")
     messages += convergence_messages(net, state)
-    if status["status"] == "short":
+    if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
         kept = trace.stored_per_slot[trace.active]
         least = int(kept.min()) if kept.size else 0
         hint = net.sampler_.shortfall_hint(state) if state is not None else ""
