@@ -189,3 +189,13 @@ def assert_chain_alone_matches(name, settings, start, together, k, members, seed
     for step in range(steps):
         state, _ = alone.step(state, target.potential, None)
         assert torch.equal(target.potential.parameters[0], together[rows, step]), (name, k, step)
+
+
+def gaussian_chains(sampler, n_chains, seed=0, start=None):
+    """``n_chains`` chains of ``sampler`` on independent correlated 2-D Gaussians, one per packed member, started
+    at ``start`` (``(S, 2)``) when given: ``(target, state)``."""
+    target = correlated_gaussian(n_chains * sampler.members_per_chain(), per_chain=True)
+    if start is not None:
+        with torch.no_grad():
+            target.potential.parameters[0].copy_(start)
+    return target, sampler.init(target.potential.parameters, ChainRandom(seed, n_chains), n_chains=n_chains)

@@ -25,7 +25,7 @@ from bayesnet.plan import ChainLayout
 from bayesnet.samplers import (ChainRandom, Sampler, SamplerState, Stat, StepInfo, available_samplers, make_sampler,
                                register_sampler, unregister_sampler)
 from bayesnet.samplers.base import COMMON_STATS
-from targets import assert_chain_alone_matches, correlated_gaussian, moment_errors
+from targets import assert_chain_alone_matches, gaussian_chains, correlated_gaussian, moment_errors
 
 
 # ---------------------------------------------------------------------- #
@@ -100,12 +100,8 @@ def _gaussian_run(name, n_chains, steps, seed=0, start=None):
     potential."""
     sampler = make_sampler(name, **sampler_settings.GAUSSIAN[name])
     M = sampler.members_per_chain()
-    target = correlated_gaussian(n_chains * M, per_chain=True)
+    target, state = gaussian_chains(sampler, n_chains, seed, start)
     pot = target.potential
-    if start is not None:
-        with torch.no_grad():
-            pot.parameters[0].copy_(start)
-    state = sampler.init(pot.parameters, ChainRandom(seed, n_chains), n_chains=n_chains)
     positions, flags = [], []
     for _ in range(steps):
         state, info = sampler.step(state, pot, None)

@@ -21,7 +21,7 @@ from bayesnet.posterior import FunctionPotential
 from bayesnet.samplers import ChainRandom, available_samplers, make_sampler
 from bayesnet.samplers.warmup import mass_from_moments, windows
 from bayesnet.plan import ChainLayout
-from targets import assert_chain_alone_matches, correlated_gaussian, ill_conditioned_gaussian, moment_errors
+from targets import assert_chain_alone_matches, gaussian_chains, correlated_gaussian, ill_conditioned_gaussian, moment_errors
 
 
 def _warms_up(name: str) -> bool:
@@ -44,13 +44,8 @@ def _run(name, n_chains, steps, seed=0, start=None, stop_at=None, **over):
     """Run ``n_chains`` chains of ``name`` warmed up on the correlated Gaussian (one potential per member); the
     positions ``(member, step, 2)``, the sampler, its state and the potential."""
     sampler = make_sampler(name, **{**warm_settings(name), **over})
-    M = sampler.members_per_chain()
-    target = correlated_gaussian(n_chains * M, per_chain=True)
+    target, state = gaussian_chains(sampler, n_chains, seed, start)
     pot = target.potential
-    if start is not None:
-        with torch.no_grad():
-            pot.parameters[0].copy_(start)
-    state = sampler.init(pot.parameters, ChainRandom(seed, n_chains), n_chains=n_chains)
     out = []
     for _ in range(steps):
         state, _ = sampler.step(state, pot, None)
