@@ -28,6 +28,10 @@ ours-kernel
     ``sampler.step(state, potential, batch, generator)`` in a bare loop, on
     the potential the estimators use (one packed ``ChainPosterior`` for all
     chains).
+ours-compiled
+    The same kernel with its frozen step compiled whole by ``torch.compile``
+    (``bayesnet.samplers.compiled.CompiledTransition``; sgld and sghmc only),
+    compiled in the first call, before the timed blocks.
 ours-estimator
     ``BayesianMLPClassifier(..., n_chains=C).fit(X, y)`` on the N rows. This
     is seconds per sampler step inside the fit: the median over epochs of
@@ -174,7 +178,7 @@ POOL = 8  # ready-made mini-batches the kernel-level implementations cycle throu
 FRICTION = 0.05  # sghmc
 NOISE = 0.05  # sgnht: injected noise and initial thermostat
 SAMPLERS = ("sgld", "sghmc", "sgnht")
-IMPLS = ("ours-kernel", "ours-estimator", "torch-loop", "posteriors", "blackjax")
+IMPLS = ("ours-kernel", "ours-compiled", "ours-estimator", "torch-loop", "posteriors", "blackjax")
 FITS = ("fit-bayesnet", "fit-sklearn")
 JSON_TAG = "PEERS_JSON "
 
@@ -358,22 +362,28 @@ def ours_potential(target, device: str):
     return ChainPosterior(module, CategoricalLikelihood(), GaussianPrior(PRIOR_SCALE), target.n_data, members)
 
 
-def ours_kernel_step_fn(sampler: str, hyper: dict, potential, n_chains: int, seed: int, device: str):
+def ours_kernel_step_fn(sampler: str, hyper: dict, potential, n_chains: int, seed: int, device: str,
+                        compiled: bool = False):
     """Today's API: ``(step(batch), position() -> [Tensor (S, ...)], value(batch) -> Tensor (S,))``.
 
-    ``step`` is one ``sampler.step`` of all chains. The chains are packed on
-    the leading axis, ``n_chains`` of them, as the estimators run them.
+    ``step`` is one ``sampler.step`` of all chains (with ``compiled``, one call of the sampler's
+    :class:`~bayesnet.samplers.compiled.CompiledTransition`, compiled at its first call). The chains are packed
+    on the leading axis, ``n_chains`` of them, as the estimators run them, each with its own random stream.
     """
-    import torch
-
-    from bayesnet.samplers import make_sampler
+    from bayesnet.samplers import ChainRandom, make_sampler
 
     kernel = make_sampler(sampler, **hyper)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    state = kernel.init(potential.parameters, generator, n_chains=n_chains)
+    state = kernel.init(potential.parameters, ChainRandom(seed, n_chains, device), n_chains=n_chains)
+    if compiled:
+        from bayesnet.samplers.compiled import CompiledTransition
 
-    def step(batch):
-        kernel.step(state, potential, batch, generator)
+        transition = CompiledTransition(kernel, potential, state.layout)
+
+        def step(batch):
+            transition(state, potential, batch)
+    else:
+        def step(batch):
+            kernel.step(state, potential, batch)
 
     def position():
         return [p.detach() for p in state.position]
@@ -453,11 +463,13 @@ def _torch_pool(target, device):
 class OursKernel:
     """``ours-kernel``: our kernel through :func:`ours_kernel_step_fn`."""
 
+    compiled = False
+
     def __init__(self, sampler, hyper, target, device, seed=1):
         self.device, self.pool, self.i = device, _torch_pool(target, device), 0
         potential = ours_potential(target, device)
         self._step, self._position, self._value = ours_kernel_step_fn(sampler, hyper, potential, target.n_chains,
-                                                                      seed, device)
+                                                                      seed, device, self.compiled)
 
     def run(self, n):
         step, pool, P = self._step, self.pool, len(self.pool)
@@ -800,7 +812,15 @@ class BlackJAX:
         return np.asarray(self._potential(self.state, self.pool[0]))
 
 
-RUNNERS = {"ours-kernel": OursKernel, "torch-loop": TorchLoop, "posteriors": Posteriors, "blackjax": BlackJAX}
+class OursCompiled(OursKernel):
+    """``ours-compiled``: our kernel's frozen step compiled whole (``bayesnet.samplers.compiled``; sgld and sghmc);
+    the compilation happens in the first call, before the timed blocks."""
+
+    compiled = True
+
+
+RUNNERS = {"ours-kernel": OursKernel, "ours-compiled": OursCompiled, "torch-loop": TorchLoop,
+           "posteriors": Posteriors, "blackjax": BlackJAX}
 
 
 # --------------------------------------------------------------------------- #
@@ -996,7 +1016,8 @@ def summarise(records) -> tuple[list, list]:
     return rows, fit_rows
 
 
-RATIOS = (("ours-kernel", "blackjax", "kernel/blackjax"), ("ours-kernel", "posteriors", "kernel/posteriors"),
+RATIOS = (("ours-kernel", "blackjax", "kernel/blackjax"), ("ours-compiled", "blackjax", "compiled/blackjax"),
+          ("ours-compiled", "ours-kernel", "compiled/kernel"), ("ours-kernel", "posteriors", "kernel/posteriors"),
           ("ours-kernel", "torch-loop", "kernel/torch-loop"), ("ours-estimator", "ours-kernel", "estimator/kernel"),
           ("ours-estimator", "blackjax", "estimator/blackjax"))
 
