@@ -160,8 +160,12 @@ class PosteriorPredictive:
         mean, std, lower, upper : ndarrays (n, k) (None where not asked for)
         """
         sigma = noise_std.to(self.device, torch.float64)[:, None, :]  # (D, 1, k)
+        # a draw whose noise is not a finite positive number is left out like a non-finite output (NaN * 0 = NaN)
+        noisy = (torch.isfinite(sigma) & (sigma > 0)).all(dim=-1)  # (D, 1)
+        sigma = torch.where(torch.isfinite(sigma) & (sigma > 0), sigma, torch.ones_like(sigma))
         parts = {"mean": [], "std": [], "lower": [], "upper": []}
         for _, out in self.outputs(X):
+            out = torch.where(noisy.unsqueeze(-1), out, torch.full_like(out, float("nan")))
             finite = self._finite(out)
             f = out.double()
             w = finite.to(f.dtype).unsqueeze(-1)  # (D, rows, 1)

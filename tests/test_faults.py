@@ -386,9 +386,6 @@ def test_a_nonfinite_draw_is_left_out_of_every_prediction(small_fits, iris):
             assert np.isfinite(std).all() and np.all(lower < mean) and np.all(mean < upper)
 
 
-@pytest.mark.xfail(strict=True, reason="gaussian_mixture masks draws by their network outputs only: a draw whose "
-                   "noise scale is not finite enters 'sigma ** 2 * w' as NaN * 0, so every row's std and interval "
-                   "is NaN (bayesnet/predictive.py, gaussian_mixture and mixture_quantile)")
 def test_a_draw_with_a_nonfinite_noise_scale_is_left_out_of_std_and_intervals(small_fits, iris):
     est = copy.deepcopy(small_fits[1])
     _poison_first_draw(est, "noise")
@@ -642,9 +639,6 @@ def test_bad_calls_on_a_fitted_estimator(small_fits, iris, tmp_path):
         bayesnet.load(newer)
 
 
-@pytest.mark.xfail(strict=True, reason="skorch's fit calls initialize() (which sets sampler_state_ and trace_ to None, "
-                   "bayesnet/estimators/base.py initialize) before partial_fit validates the data and the "
-                   "parameters, so a refit that is refused throws the fitted draws away")
 @pytest.mark.parametrize("bad", ["NaN in X", "a fit parameter", "n_draws=0"])
 def test_a_refused_refit_keeps_the_fitted_draws(small_fits, iris, bad):
     X, y = iris

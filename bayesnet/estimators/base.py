@@ -20,6 +20,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from skorch import NeuralNet
+from sklearn.base import clone
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -250,6 +251,21 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     # ------------------------------------------------------------------ #
     # fitting
     # ------------------------------------------------------------------ #
+    def fit(self, X, y=None, **fit_params):
+        """Sample the posterior anew (``warm_start=False``) or continue (``warm_start=True``): see
+        :meth:`partial_fit`. A fitted estimator keeps its draws when the new call is refused (bad data, an unknown
+        fit parameter, an invalid hyperparameter): everything is checked, on a fresh copy, before skorch
+        re-initialises it."""
+        if not self.warm_start or not self.initialized_:
+            if fit_params:
+                raise TypeError(f"{type(self).__name__}.fit got unexpected fit parameter(s) {sorted(fit_params)}; "
+                                "sample weights and forward arguments are not supported.")
+            probe = clone(self)
+            probe._validate_hyperparameters()
+            if not n_groups(probe) > 1:
+                probe._validate_fit_data(X, y, reset=True)
+        return super().fit(X, y, **fit_params)
+
     def partial_fit(self, X, y=None, classes=None, **fit_params):
         """Draw (more) posterior samples of the weights from ``(X, y)``.
 
