@@ -55,11 +55,25 @@ class GaussianPrior:
     def quadratic_form(self, parameters: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
         """``(factors, offset)`` with ``log_prob_chains = -sum_k factors[k] |theta_k|^2 / 2 + offset``, as tensors
         (the compiled transition takes them as inputs): here ``1 / s^2`` for every tensor and 0."""
-        like = parameters[0]
-        return [like.new_tensor(1.0 / self.scale**2) for _ in parameters], like.new_zeros(())
+        return _constant_form(self, [1.0 / self.scale**2] * len(parameters), parameters[0])
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_forms", None)
+        return state
 
     def __repr__(self) -> str:
         return f"GaussianPrior(scale={self.scale!r})"
+
+
+def _constant_form(prior, factors: list[float], like: Tensor) -> tuple[list[Tensor], Tensor]:
+    """``(factors, 0)`` as tensors on ``like``'s device and dtype, made once (a copy to a GPU each step would
+    synchronise it)."""
+    key = (tuple(factors), like.device, like.dtype)
+    cache = prior.__dict__.setdefault("_forms", {})
+    if key not in cache:
+        cache[key] = ([like.new_tensor(f) for f in factors], like.new_zeros(()))
+    return cache[key]
 
 
 def _fan_in(shape: Sequence[int]) -> int | None:
@@ -113,6 +127,7 @@ class FanInPrior:
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_variances", None)
+        state.pop("_forms", None)
         return state
 
     def scales(self, shapes: Sequence[Sequence[int]]) -> list[float]:
@@ -138,8 +153,7 @@ class FanInPrior:
         """``(factors, offset)`` with ``log_prob_chains = -sum_k factors[k] |theta_k|^2 / 2 + offset``: ``1 / c_k``
         and 0 (see :meth:`GaussianPrior.quadratic_form`)."""
         c = self.variances([p.shape[1:] for p in parameters])
-        like = parameters[0]
-        return [like.new_tensor(1.0 / ck) for ck in c], like.new_zeros(())
+        return _constant_form(self, [1.0 / ck for ck in c], parameters[0])
 
     def __repr__(self) -> str:
         return f"FanInPrior(gain={self.gain!r}, bias_scale={self.bias_scale!r})"

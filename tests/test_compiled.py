@@ -85,3 +85,19 @@ def test_compile_is_validated(cancer):
     X, y = cancer
     with pytest.raises(ValueError, match="compile"):
         BayesianMLPClassifier(compile="always").fit(X, y)
+
+
+def test_a_refit_builds_its_own_transition(cancer):
+    """A second fit (new data, another size, compile switched off) never reuses the first fit's compiled
+    transition, whose potential was scaled to the old data."""
+    X, y = cancer
+    est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(4,), sampler="sgld", burn_in=20, n_draws=5, compile=True,
+                                     random_state=0), X[:100], y[:100])
+    first = est.compiled_step_
+    assert first is not None
+    est.set_params(compile=False)
+    _fit(est, X, y)
+    assert est.compiled_step_ is None and est.fit_status_["compiled"] == "compile=False"
+    est.set_params(compile=True)
+    _fit(est, X, y)
+    assert est.compiled_step_ is not None and est.compiled_step_ is not first

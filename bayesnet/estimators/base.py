@@ -25,7 +25,8 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..predictive import PosteriorPredictive
-from ..samplers import DEFAULT_SAMPLER, Sampler, available_samplers, sampler_class
+from ..priors import make_prior
+from ..samplers import DEFAULT_SAMPLER, Sampler, available_samplers, make_sampler, sampler_class
 from . import run
 from .callbacks import DivergenceMonitor, DrawQuota, SamplingProgressBar
 from .parallel import fit_groups, n_groups
@@ -192,7 +193,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
 
     def initialize(self):
         super().initialize()
-        for attr in ("sampler_state_", "trace_", "shards_", "group_"):
+        for attr in ("sampler_state_", "trace_", "shards_", "group_", "compiled_step_"):
             setattr(self, attr, None)
         self.loaded_ = False
         return self
@@ -262,8 +263,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                 "sample weights and forward arguments are not supported.")
             probe = clone(self)
             probe._validate_hyperparameters()
-            if not n_groups(probe) > 1:
-                probe._validate_fit_data(X, y, reset=True)
+            probe._validate_fit_data(X, y, reset=True)
+            resolve_device(probe.device)  # a CUDA device that is not there
+            make_prior(probe.prior_scale, make_sampler(probe.sampler, **probe.get_params_for("sampler")))
         return super().fit(X, y, **fit_params)
 
     def partial_fit(self, X, y=None, classes=None, **fit_params):

@@ -82,7 +82,7 @@ class DivergenceMonitor(Callback):
     ``potential_tolerance`` standard deviations for ``potential_patience`` consecutive steps (a mini-batch
     potential has heavy tails: one hard batch is not a divergence; a chain leaving its typical set keeps
     climbing). The reference is scale-free: the mean and standard deviation of each member's
-    potential over the second half of the burn-in, the standard deviation floored at ``sqrt(D / 2)``, the
+    potential over the last quarter of the burn-in, the standard deviation floored at ``sqrt(D / 2)``, the
     spread of ``U`` of a ``D``-parameter Gaussian at unit temperature. During the warm-up a first kick from a
     poor start may be hot; only a kinetic temperature above ``warmup_temperature_limit`` times the target,
     held for ``warmup_patience`` steps, counts there.
@@ -176,7 +176,7 @@ class DivergenceMonitor(Callback):
 
     def _reference(self, net, state) -> tuple:
         """Per member: the potential above which a chain has left its typical set, and the warm-up's mean and
-        floored standard deviation of the potential (the second half of the warm-up); all infinite without a
+        floored standard deviation of the potential (the last quarter of the burn-in); all infinite without a
         warm-up.
 
         The limit is ``mean + (T_max / T - 1) D / 2 + tol * (T_max / T) * sd``: a tempering sampler heats the

@@ -177,7 +177,10 @@ def merge(net, shards, lost_chains=(), faults=()) -> None:
     statuses = [shard.fit_status_ for shard in shards]
     diverged = {c: d for s in statuses for c, d in s["diverged_chains"].items()}
     rank = ["complete", "short", "interrupted", "diverged"]
-    status = max((s["status"] for s in statuses), key=rank.index)
+    # "diverged" only when every group diverged: otherwise the others' status, and the diverged chains are
+    # reported as such (warn_status), as without n_jobs
+    running = [s for s in statuses if s["status"] != "diverged"] or statuses
+    status = max((s["status"] for s in running), key=rank.index)
     if (lost_chains or faults) and status == "complete":
         status = "short"  # fewer draws than asked for: a group was lost or stopped by an error
     wanted = int(net.n_draws) * net.trace_.n_slots  # every chain asked for, lost ones included
@@ -190,7 +193,7 @@ def merge(net, shards, lost_chains=(), faults=()) -> None:
         **{k: sum(s.get(k, 0) for s in statuses) for k in ("draws_kept", "draws_discarded")},
         "draws_wanted": wanted,
         # the step the run reached: the group that stopped first (the others went further)
-        "steps_taken": min(s.get("steps_taken", 0) for s in statuses),
+        "steps_taken": min(s.get("steps_taken", 0) for s in running),
         "steps_planned": max(s.get("steps_planned", 0) for s in statuses),
         "intra_op_threads": first.fit_status_.get("intra_op_threads"),
         "compiled": first.fit_status_.get("compiled")}

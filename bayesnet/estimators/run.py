@@ -193,7 +193,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
 
 # settings a running chain can take, and what applying them means; any other change needs a new fit
 _HONOURED = {"n_draws", "thinning", "max_epochs", "batch_size", "prior_scale", "noise_shape", "noise_scale",
-             "verbose", "callbacks", "warm_start", "n_jobs"}
+             "verbose", "callbacks", "warm_start", "n_jobs", "compile"}
 
 
 def _same(a, b) -> bool:
@@ -266,13 +266,12 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
 
 def prepare_compiled(net) -> None:
     """Set up the compiled transition for this call (``compiled_step_``) when ``compile`` and the run ask for it
-    (:func:`bayesnet.samplers.compiled.compile_decision`); a continued fit keeps the one it has. The decision
-    is recorded in ``fit_status_["compiled"]``."""
+    (:func:`bayesnet.samplers.compiled.compile_decision`). Built anew at every call: a continued fit may have
+    new data (its size scales the likelihood), a new sampler or prior; TorchInductor's cache makes a repeated
+    compilation of the same graph quick. The decision is recorded in ``fit_status_["compiled"]`` (and, after a
+    failed compilation, why the run went on eagerly)."""
     from ..samplers.compiled import CompiledTransition, compile_decision
 
-    if net.__dict__.get("compiled_step_") is not None:
-        net.fit_status_["compiled"] = "compiled"
-        return
     warm_until = max(int(net.sampler_.adaptation_length()), int(net.sampler_state_.step))
     after = max(int(net.steps_planned_total_) - warm_until, 0)
     ok, why = compile_decision(net.compile, net.sampler_, net.posterior_, after)
@@ -450,6 +449,10 @@ def finish_call(net, interrupted: bool) -> None:
     of a complete run (groups of chains in workers leave the warning to the estimator that merges them)."""
     net.diagnostics_ = summarise(net)
     status = net.fit_status_
+    compiled = net.__dict__.get("compiled_step_")
+    if compiled is not None:
+        status["compiled"] = "compiled" if compiled.fallback is None else f"eager after: {compiled.fallback}"
+        net.diagnostics_["compile_seconds"] = compiled.compile_seconds
     trace = net.trace_
     status.update(steps_taken=int(net.sampler_state_.step), steps_planned=int(net.steps_planned_total_),
                   draws_kept=int(len(trace)), draws_wanted=int(net.n_draws * trace.n_slots),

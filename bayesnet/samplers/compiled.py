@@ -41,7 +41,7 @@ COMPILE_MIN_STEPS = 20_000
 
 def compile_decision(setting, sampler, potential, steps_after_warmup: int) -> tuple[bool, str]:
     """Whether to compile, and why: ``setting`` is the estimators' ``compile`` (False, True or "auto")."""
-    if setting is False or setting is None:
+    if setting is None or (setting != "auto" and not bool(setting)):
         return False, "compile=False"
     if not getattr(type(sampler), "compiles", False):
         return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)"
