@@ -450,14 +450,7 @@ def test_ctrl_c_in_the_burn_in_says_no_draw_was_kept(iris):
         est.predict(X)
 
 
-_TACTHMC_QUOTA = pytest.mark.xfail(strict=True, reason=(
-    "tacthmc: a continued call counts its draw quota from the draws kept at its own start "
-    "(bayesnet/estimators/base.py partial_fit: kept_at_call_start_; callbacks.py DrawQuota), so an interrupted run "
-    "that had 3 of 5 draws takes 5 more: 1250 steps instead of the uninterrupted 650"))
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_TACTHMC_QUOTA) if n == "tacthmc" else n
-                                  for n in available_samplers()])
+@pytest.mark.parametrize("name", available_samplers())
 def test_partial_fit_after_ctrl_c_gives_the_uninterrupted_draws(iris, name):
     """Before: partial_fit after an interruption ran a whole new plan. Now it continues the interrupted one, from
     the middle of its epoch (5 mini-batches of 32 rows per epoch), bit for bit, for every registered sampler."""

@@ -303,6 +303,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             fit_groups(self, X, y, classes)
             return self
         fresh = getattr(self, "sampler_state_", None) is None
+        # an interrupted plan continues where it stopped: its draw quota counts from that plan's start
+        resumes = (not fresh and self.fit_status_.get("status") == "interrupted"
+                   and getattr(self, "kept_at_call_start_", None) is not None)
         X, y = self._validate_fit_data(X, y, reset=fresh, classes=classes)
         if fresh:
             run.start_chains(self, X, y)
@@ -312,7 +315,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         self.steps_remaining_ = max(self.steps_planned_total_ - state.step, 0)
         run.prepare_compiled(self)
         self.steps_this_call_ = 0
-        self.kept_at_call_start_ = self.trace_.kept_per_slot.copy()
+        if not resumes or len(self.kept_at_call_start_) != len(self.trace_.kept_per_slot):
+            self.kept_at_call_start_ = self.trace_.kept_per_slot.copy()
         self.fit_status_["stopped_by"] = None
         self.steps_expected_ = self.steps_remaining_
         if self.sampler_.steps_per_draw() > 1 and self.max_epochs is None:  # collecting only some steps: a
