@@ -399,3 +399,24 @@ def test_step_size_adaptation_per_ladder_slot_then_frozen():
     err = moment_errors(np.stack(kept, axis=1), target.mean, target.cov)
     assert err["mean_err"] <= err["mean_tol"] and err["cov_err"] <= err["cov_tol"], err
     assert sampler.state_summary(state)["replica_step_sizes"][0] == pytest.approx(float(steps[0]))
+
+
+def test_replicas_above_temperature_one_do_not_make_a_fit_short():
+    """The hot replicas collect only after the tempering phase, by design: the fit is complete when the
+    temperature-1 replicas have their n_draws, and no 'fewer draws' warning is raised."""
+    import warnings
+
+    from sklearn.datasets import load_iris
+    from sklearn.exceptions import ConvergenceWarning
+
+    from bayesnet import BayesianMLPClassifier
+
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = BayesianMLPClassifier(hidden_layer_sizes=(4,), sampler="pt-langevin", sampler__n_replicas=3,
+                                    burn_in=100, n_draws=20, random_state=0).fit(X, y)
+    kept = est.trace_.stored_per_slot
+    assert kept[0] == 20 and kept[1:].max() < 20 and est.fit_status_["status"] == "complete"
+    assert not any("draws were kept per chain" in str(w.message) for w in caught
+                   if issubclass(w.category, ConvergenceWarning))

@@ -444,6 +444,12 @@ def convergence(net) -> dict:
     return out
 
 
+def _quota_mask(net) -> np.ndarray:
+    """The trace slots that are to keep ``n_draws`` (:meth:`~bayesnet.samplers.Sampler.quota_members`)."""
+    mask = np.asarray(net.sampler_.quota_members(net.layout_), dtype=bool)
+    return mask if mask.shape == net.trace_.active.shape else np.ones_like(net.trace_.active)
+
+
 def finish_call(net, interrupted: bool) -> None:
     """After a call: summaries and the run's status (``fit_status_``); a ConvergenceWarning for anything short
     of a complete run (groups of chains in workers leave the warning to the estimator that merges them)."""
@@ -462,7 +468,7 @@ def finish_call(net, interrupted: bool) -> None:
         status["status"] = "interrupted" if interrupted and not quota_done else "complete"
         if status["status"] == "interrupted":
             status["stopped_by"] = "interrupt"
-        kept = trace.stored_per_slot[trace.active]
+        kept = trace.stored_per_slot[trace.active & _quota_mask(net)]
         if status["status"] == "complete" and (kept.size == 0 or kept.min() < net.n_draws):
             status["status"] = "short"
     if getattr(net, "group_", None) is None:
@@ -561,7 +567,7 @@ def warn_status(net) -> None:
                         f"{net.burn_in}).")
     messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
-        kept = trace.stored_per_slot[trace.active]
+        kept = trace.stored_per_slot[trace.active & _quota_mask(net)]
         least = int(kept.min()) if kept.size else 0
         hint = net.sampler_.shortfall_hint(state) if state is not None else ""
         reason = (f" {net.sampler_.name}: {hint}" if hint else

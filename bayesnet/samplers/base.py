@@ -374,6 +374,14 @@ class Sampler(BaseEstimator):
                     "a longer burn_in)")
         return "sampler__step_size"
 
+    def quota_members(self, layout: ChainLayout):
+        """Bool mask ``(S,)`` of the members (trace slots) that are to keep ``n_draws`` draws by the end of a
+        planned run; the others collect only part of it by design (pt-langevin's replicas above temperature 1
+        collect only after the tempering phase). The estimators' "fewer draws than asked for" check reads it."""
+        import numpy as np
+
+        return np.ones(layout.chains * layout.members_per_chain, dtype=bool)
+
     def shortfall_hint(self, state: SamplerState) -> str:
         """Why a run may keep fewer draws than planned, and what to change (samplers that collect only some
         steps)."""

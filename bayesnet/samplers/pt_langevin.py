@@ -289,6 +289,13 @@ class PTLangevin(Sampler):
             fresh = potential.value(batch).detach().reshape(mask.shape).to(state.value.dtype)
             state.value = torch.where(mask, fresh, state.value)
 
+    def quota_members(self, layout: ChainLayout):
+        """Only the replicas at temperature 1 (slot 0 of each chain's ladder) keep ``n_draws``: the others join
+        them at temperature 1 after the tempering phase (``tempering_fraction`` of the run) and keep fewer."""
+        import numpy as np
+
+        return np.arange(layout.chains * layout.members_per_chain) % layout.members_per_chain == 0
+
     @property
     def planned_steps(self) -> int | None:
         """``n_steps`` as resolved (None: the tempering phase never ends)."""
