@@ -141,6 +141,14 @@ def rank_normalize(draws: np.ndarray) -> np.ndarray:
     return ndtri((ranks - 0.375) / (x.size + 0.25))
 
 
+def _ess_chains(draws: np.ndarray) -> np.ndarray:
+    """``draws`` as chains (n_chains, n_draws), at least 8 draws each (bulk and tail ESS split them)."""
+    x = _as_chains(draws)
+    if x.shape[1] < 8:
+        raise ValueError("need at least 8 draws per chain.")
+    return x
+
+
 def bulk_effective_sample_size(draws: np.ndarray) -> float:
     """Bulk effective sample size: the ESS of the rank-normalised split chains (Vehtari et al. 2021, Sec. 4.3).
 
@@ -154,9 +162,7 @@ def bulk_effective_sample_size(draws: np.ndarray) -> float:
         Robust to heavy tails and, through the split chains, sensitive to
         chains that have not mixed. A constant series returns the number of draws.
     """
-    x = _as_chains(draws)
-    if x.shape[1] < 8:
-        raise ValueError("need at least 8 draws per chain.")
+    x = _ess_chains(draws)
     if np.ptp(x) == 0:
         return float(x.size)
     return effective_sample_size(rank_normalize(_split(x)))
@@ -174,9 +180,7 @@ def tail_effective_sample_size(draws: np.ndarray) -> float:
     -------
     float
     """
-    x = _as_chains(draws)
-    if x.shape[1] < 8:
-        raise ValueError("need at least 8 draws per chain.")
+    x = _ess_chains(draws)
     if np.ptp(x) == 0:
         return float(x.size)
     split = _split(x)

@@ -357,14 +357,18 @@ def deferred_interrupt(net):
         signal.signal(signal.SIGINT, previous)
 
 
+def alive_members(net) -> np.ndarray:
+    """Bool mask ``(S,)`` of the members whose chain has not diverged (the divergence monitor's)."""
+    state = getattr(net, "divergence_state_", None)
+    if state is None:
+        return np.ones(net.posterior_.n_members, dtype=bool)
+    return np.repeat(state["alive"], net.layout_.members_per_chain)
+
+
 def summarise(net) -> dict:
     """``diagnostics_``: the sampler's declared statistics reduced over the steps after burn-in (chains that
     diverged left out), its run-level state summary, the step count, and the worst R-hat and ESS."""
-    alive = np.ones(net.posterior_.n_members, dtype=bool)
-    state = getattr(net, "divergence_state_", None)
-    if state is not None:
-        alive = np.repeat(state["alive"], net.layout_.members_per_chain)
-    summary = net.step_stats_.summaries(alive)
+    summary = net.step_stats_.summaries(alive_members(net))
     summary["n_steps"] = int(net.sampler_state_.step)
     summary.update(net.sampler_.state_summary(net.sampler_state_))
     net.convergence_ = convergence(net)
@@ -505,9 +509,7 @@ def convergence_messages(net, state) -> list[str]:
     target = net.sampler_.target_temperature() if state is not None else None
     means = net.step_stats_.member_means("kinetic_temperature") if getattr(net, "step_stats_", None) else None
     if means is not None:  # the chains that finished: a diverged one was stopped and is reported as such
-        state_ = getattr(net, "divergence_state_", None)
-        if state_ is not None:
-            means = means[np.repeat(state_["alive"], net.layout_.members_per_chain)]
+        means = means[alive_members(net)]
         means = means[np.isfinite(means)]
     if target and means is not None and means.size:
         D = int(net.posterior_.n_parameters_per_member) if getattr(net, "posterior_", None) is not None else 1

@@ -133,8 +133,7 @@ class BAOAB(Sampler):
         return step
 
     def momentum_std(self, state: BAOABState) -> Tensor:
-        return state.derived("momentum_std", lambda: state.precond.per_coordinate(
-            self.temperature ** 0.5, 0.5, state.flat_momentum))
+        return self._scaled_momentum_std(state, lambda pre: self.temperature ** 0.5)
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> BAOABState:

@@ -403,6 +403,14 @@ class Sampler(BaseEstimator):
         ``noise_fraction`` (None: full-data gradients), per member. Samplers that warm up override it."""
         raise NotImplementedError(f"{self.name} has no warm-up rule for its step size.")
 
+    def _stable_and_cool(self, curvature: Tensor, noise_fraction: Tensor | None, noise_budget: float) -> Tensor:
+        """``min(stability / lambda, noise_budget / rho)``: the warm-up's rule for the learning-rate samplers (sgld,
+        sghmc, sgnht, tacthmc), each with its own ``stability`` and noise budget (their ``step_size`` docs)."""
+        step = self.stability / curvature
+        if noise_fraction is not None:
+            step = torch.minimum(step, noise_budget / noise_fraction.clamp_min(1e-12))
+        return step
+
     def warmup_frozen(self, state: SamplerState) -> None:
         """Called once, when the warm-up freezes (samplers that average their adapted step set it here)."""
 
@@ -410,6 +418,14 @@ class Sampler(BaseEstimator):
         """Each momentum coordinate's equilibrium standard deviation as a flat buffer laid out as
         ``flat_momentum`` (None for samplers without momenta)."""
         return None
+
+    @staticmethod
+    def _scaled_momentum_std(state: SamplerState, scale) -> Tensor:
+        """``scale(precond) * m^{1/2}`` per coordinate, cached until the preconditioner changes: the momenta's
+        equilibrium sd, ``sqrt(T)`` for time-step samplers (baoab, hmc), ``sqrt(eta T)`` for learning-rate ones
+        (sghmc, sgnht, tacthmc)."""
+        return state.derived("momentum_std", lambda: state.precond.per_coordinate(
+            scale(state.precond), 0.5, state.flat_momentum))
 
     def restart_members(self, state: SamplerState, members: Tensor, potential: Potential, batch: Any) -> None:
         """The warm-up put ``members`` (a bool mask over the member axis) back at an earlier position, with half

@@ -20,12 +20,18 @@ from torch import Tensor
 
 from ..plan import ChainLayout
 
-__all__ = ["member_view", "member_mask", "regrad", "flatten", "views", "mass_from_moments", "curvature",
+__all__ = ["member_view", "mask_like", "member_mask", "regrad", "flatten", "views", "mass_from_moments", "curvature",
            "noise_fraction", "diagonal_curvature", "MASS_FLOOR"]
 
 def member_view(t: Tensor, like: Tensor) -> Tensor:
     """Broadcast a per-member tensor, shape ``()`` or ``(S,)``, against a parameter tensor ``(S, ...)``."""
     return t.reshape(t.shape + (1,) * (like.ndim - t.ndim))
+
+
+def mask_like(flags: Tensor, like: Tensor) -> Tensor:
+    """A per-member bool tensor ``(S,)`` shaped like a per-member quantity ``like`` (a step size, a
+    thermostat: shape ``(S,)``, or ``()`` without a member axis, then true if any flag is)."""
+    return flags.reshape(like.shape) if like.ndim else flags.any().reshape(())
 
 
 def member_mask(members: Tensor, like: Tensor, layout: ChainLayout) -> Tensor:

@@ -17,6 +17,7 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import chain_numel, momentum_views, normal_flat
 from .random import ChainRandom
+from .estimates import mask_like
 from .warmup import Preconditioner, views
 
 __all__ = ["HMC", "HMCState"]
@@ -165,8 +166,7 @@ class HMC(Sampler):
         return torch.sqrt(self.stability / curvature)
 
     def momentum_std(self, state: HMCState) -> Tensor:
-        return state.derived("momentum_std", lambda: state.precond.per_coordinate(
-            self.temperature ** 0.5, 0.5, state.flat_momentum))
+        return self._scaled_momentum_std(state, lambda pre: self.temperature ** 0.5)
 
     def preconditioner_changed(self, state: HMCState) -> None:
         """The dual averaging restarts from the warm-up's step size (Stan restarts it at every window's end)."""
@@ -179,7 +179,7 @@ class HMC(Sampler):
 
     def restart_members(self, state: HMCState, members: Tensor, potential: Potential, batch: Any) -> None:
         """A restarted chain's dual averaging starts again from its halved step size."""
-        mask = members.reshape(state.log_step.shape) if state.log_step.ndim else members.any().reshape(())
+        mask = mask_like(members, state.log_step)
         log_h = torch.log(state.precond.step_size).reshape(state.log_step.shape)
         state.log_step = torch.where(mask, log_h, state.log_step)
         state.log_step_bar = torch.where(mask, log_h, state.log_step_bar)

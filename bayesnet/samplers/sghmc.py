@@ -122,15 +122,10 @@ class SGHMC(Sampler):
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """``min(stability / lambda, 2 friction HEAT / rho)``: see ``step_size``."""
-        step = self.stability / curvature
-        if noise_fraction is not None:
-            step = torch.minimum(step, 2.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
-        return step
+        return self._stable_and_cool(curvature, noise_fraction, 2.0 * self.friction * HEAT)
 
     def momentum_std(self, state: MomentumState) -> Tensor:
-        pre = state.precond
-        return state.derived("momentum_std", lambda: pre.per_coordinate(
-            torch.sqrt(pre.step_size * self.temperature), 0.5, state.flat_momentum))
+        return self._scaled_momentum_std(state, lambda pre: torch.sqrt(pre.step_size * self.temperature))
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> MomentumState:

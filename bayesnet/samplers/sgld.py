@@ -105,10 +105,7 @@ class SGLD(Sampler):
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """``min(stability / lambda, 2 HEAT / rho)``: see ``step_size``."""
-        step = self.stability / curvature
-        if noise_fraction is not None:
-            step = torch.minimum(step, 2.0 * HEAT / noise_fraction.clamp_min(1e-12))
-        return step
+        return self._stable_and_cool(curvature, noise_fraction, 2.0 * HEAT)
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> SamplerState:

@@ -16,6 +16,7 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import chain_numel, momentum_views, normal_flat, position_step
 from .random import ChainRandom
+from .estimates import mask_like
 from .warmup import WARMUP_DOC, Preconditioner, views
 
 __all__ = ["SGNHT", "SGNHTState"]
@@ -126,21 +127,15 @@ class SGNHT(Sampler):
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """``min(stability / lambda, 1 / rho)``: see ``step_size``."""
-        step = self.stability / curvature
-        if noise_fraction is not None:
-            step = torch.minimum(step, 1.0 / noise_fraction.clamp_min(1e-12))
-        return step
+        return self._stable_and_cool(curvature, noise_fraction, 1.0)
 
     def restart_members(self, state: SGNHTState, members: Tensor, potential: Potential, batch: Any) -> None:
         """A restarted chain's thermostat starts again at ``noise``."""
-        state.thermostat = torch.where(members.reshape(state.thermostat.shape) if state.thermostat.ndim else
-                                       members.any().reshape(()), torch.full_like(state.thermostat, float(self.noise)),
-                                       state.thermostat)
+        state.thermostat = torch.where(mask_like(members, state.thermostat),
+                                       torch.full_like(state.thermostat, float(self.noise)), state.thermostat)
 
     def momentum_std(self, state: SGNHTState) -> Tensor:
-        pre = state.precond
-        return state.derived("momentum_std", lambda: pre.per_coordinate(
-            torch.sqrt(pre.step_size * self.temperature), 0.5, state.flat_momentum))
+        return self._scaled_momentum_std(state, lambda pre: torch.sqrt(pre.step_size * self.temperature))
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> SGNHTState:

@@ -17,6 +17,7 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
+from .estimates import mask_like
 from .warmup import WARMUP_DOC, Preconditioner, views
 
 __all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
@@ -362,15 +363,12 @@ class TACTHMC(Sampler):
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """As :class:`SGNHT`'s: ``min(stability / lambda, 1 / rho)``."""
-        step = self.stability / curvature
-        if noise_fraction is not None:
-            step = torch.minimum(step, 1.0 / noise_fraction.clamp_min(1e-12))
-        return step
+        return self._stable_and_cool(curvature, noise_fraction, 1.0)
 
     def restart_members(self, state: TACTHMCState, members: Tensor, potential: Potential, batch: Any) -> None:
         """A restarted chain's thermostats start again at their initial values, its tempering variable at rest
         on the plateau."""
-        mask = members.reshape(state.xi.shape) if state.xi.ndim else members.any().reshape(())
+        mask = mask_like(members, state.xi)
         state.thermostat = torch.where(mask, torch.full_like(state.thermostat, float(self.noise)), state.thermostat)
         state.tempering_thermostat = torch.where(mask, torch.full_like(state.tempering_thermostat,
                                                                        float(self.tempering_noise)),
@@ -384,9 +382,7 @@ class TACTHMC(Sampler):
         state.bin_visits = torch.where(rows, torch.zeros_like(state.bin_visits), state.bin_visits)
 
     def momentum_std(self, state: TACTHMCState) -> Tensor:
-        pre = state.precond
-        return state.derived("momentum_std", lambda: pre.per_coordinate(
-            torch.sqrt(pre.step_size * self.temperature), 0.5, state.flat_momentum))
+        return self._scaled_momentum_std(state, lambda pre: torch.sqrt(pre.step_size * self.temperature))
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> TACTHMCState:

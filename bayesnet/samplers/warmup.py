@@ -60,7 +60,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from .estimates import (_per_member_reduce, curvature, diagonal_curvature, flatten, mass_from_moments, member_mask, member_view,
+from .estimates import (_per_member_reduce, curvature, mask_like, diagonal_curvature, flatten, mass_from_moments, member_mask, member_view,
                         noise_fraction, regrad, views)
 
 __all__ = ["Preconditioner", "WarmUp", "windows", "member_view", "flatten", "views", "regrad", "mass_from_moments",
@@ -339,8 +339,7 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         grows = state.step - warm.window_start >= MIN_WINDOW and state.step != warm.ends[-2:][0]
         growth = torch.full_like(new, MAX_GROWTH if grows else 1.0)
         if warm.restarted is not None:  # per member, so that a chain never depends on the others
-            growth = torch.where(warm.restarted.reshape(new.shape) if new.ndim else warm.restarted.any(),
-                                 torch.ones_like(new), growth)
+            growth = torch.where(mask_like(warm.restarted, new), torch.ones_like(new), growth)
         new = torch.minimum(new, growth * pre.step_size)
     pre.step_size = new
     warm.history.append(new.detach().clone())
@@ -406,8 +405,7 @@ def guard(sampler, state, info, potential, batch) -> None:
         for p, b in zip(state.position, warm.backup):
             p.copy_(torch.where(member_mask(member_bad, p, layout), b, p))
         pre = state.precond
-        pre.step_size = torch.where(member_bad.reshape(pre.step_size.shape) if pre.step_size.ndim else
-                                    member_bad.any().reshape(()), pre.step_size / 2, pre.step_size)
+        pre.step_size = torch.where(mask_like(member_bad, pre.step_size), pre.step_size / 2, pre.step_size)
         pre.version += 1
         sampler.restart_members(state, member_bad, potential, batch)
     # fresh momenta for the restarted members; drawn at every check, so that no chain's stream depends on
@@ -457,8 +455,7 @@ def after_step(sampler, state, potential, batch) -> None:
     failed = torch.zeros_like(pre.step_size, dtype=torch.bool)
     if warm.adapt_step and not sampler.tunes_step_on_acceptance:
         if warm.restarted is not None:
-            failed = failed | (warm.restarted.reshape(pre.step_size.shape) if pre.step_size.ndim
-                               else warm.restarted.any())
+            failed = failed | mask_like(warm.restarted, pre.step_size)
         if final_hot is not None:  # the final window ran hot: its step, halved
             failed = failed | final_hot
             warm.n_hot += int(final_hot.sum())
