@@ -30,7 +30,7 @@ ours-kernel
     chains).
 ours-compiled
     The same kernel with its frozen step compiled whole by ``torch.compile``
-    (``bayesnet.samplers.compiled.CompiledTransition``; sgld and sghmc only),
+    (``bayesnet.samplers.compiled.CompiledTransition``; sgld, sghmc and sgnht),
     compiled in the first call, before the timed blocks.
 ours-estimator
     ``BayesianMLPClassifier(..., n_chains=C).fit(X, y)`` on the N rows. This
@@ -813,7 +813,7 @@ class BlackJAX:
 
 
 class OursCompiled(OursKernel):
-    """``ours-compiled``: our kernel's frozen step compiled whole (``bayesnet.samplers.compiled``; sgld and sghmc);
+    """``ours-compiled``: our kernel's frozen step compiled whole (``bayesnet.samplers.compiled``; sgld, sghmc, sgnht);
     the compilation happens in the first call, before the timed blocks."""
 
     compiled = True

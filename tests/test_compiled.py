@@ -30,7 +30,7 @@ def _fit(est, X, y):
         return est.fit(X, y)
 
 
-@pytest.mark.parametrize("sampler", ["sghmc", "sgld"])
+@pytest.mark.parametrize("sampler", ["sghmc", "sgld", "sgnht"])
 def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
     """Same seed, same streams: after the warm-up (eager in both) 400 compiled steps retrace the eager chains
     within float32 rounding; the hierarchical prior's Gibbs steps run in between."""

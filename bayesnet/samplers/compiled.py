@@ -18,8 +18,8 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
 
 Samplers that cannot be written so declare nothing and always run eagerly: ``hmc`` and ``pt-langevin`` (a
 Metropolis test whose branch depends on the data, a random trajectory length), ``tacthmc`` (its bias table is
-indexed by a data-dependent bin), ``baoab`` and ``eqn`` (not yet written as pure functions), ``sgnht``
-(likewise).
+indexed by a data-dependent bin), ``baoab`` and ``eqn`` (not yet written as pure functions). ``sgld``,
+``sghmc`` and ``sgnht`` compile.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from .registry import register_sampler
 from .integrators import chain_numel, momentum_views, normal_flat, position_step
 from .random import ChainRandom
 from .estimates import mask_like
-from .warmup import WARMUP_DOC, Preconditioner, views
+from .warmup import WARMUP_DOC, Preconditioner, flatten, views
 
 __all__ = ["SGNHT", "SGNHTState"]
 
@@ -169,6 +169,57 @@ class SGNHT(Sampler):
         state.step += 1
         return state, StepInfo(potential=value.detach(), kinetic_energy=0.5 * t_kin * dim,
                                kinetic_temperature=t_kin, extra={"thermostat": z})
+
+    # the same step as a pure function, for bayesnet.samplers.compiled
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """:meth:`_step` as a pure function: ``(positions, momenta, thermostat, noise, eta, kick, noise_scale,
+        weight, X, y, factors, offset) -> (positions, momenta, thermostat, potentials, kinetic temperatures)``,
+        in :meth:`_step`'s order of operations."""
+        temperature, inertia = float(self.temperature), float(self.thermal_inertia)
+
+        def total(ps, X, y, factors, offset):
+            u = potentials(ps, X, y, factors, offset)
+            return u.sum(), u
+
+        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+
+        def transition(position, flat, thermostat, noise_draw, eta, kick, noise, weight, X, y, factors, offset):
+            dim = flat.shape[-1]
+            t_kin = (flat * flat * weight).sum(-1) / dim
+            z = thermostat + eta * (t_kin - temperature) / inertia
+            grads, (_, u) = grad_and_value(position, X, y, factors, offset)
+            flat = flat * ((1.0 - z).unsqueeze(-1) if flat.ndim == 2 else 1.0 - z)
+            flat = flat - flatten(grads, layout) * kick + noise_draw * noise
+            moved = [p + m for p, m in zip(position, views(flat, position))]
+            return moved, flat, z, u, t_kin
+
+        return transition
+
+    def transition_inputs(self, state: SGNHTState, potential: Potential, batch: Any) -> tuple:
+        pre, flat = state.precond, state.flat_momentum
+        eta = pre.step_size
+        kick = state.derived("kick_flat", lambda: pre.per_coordinate(eta, 1.0, flat))
+        noise = state.derived("noise", lambda: pre.per_coordinate(
+            torch.sqrt(2.0 * self.noise * eta * self.temperature), 0.5, flat))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(1.0 / eta, -1.0, flat))
+        draw = normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat)
+        factors, offset = potential.prior_form()
+        X, y = batch
+        return ([p.detach() for p in state.position], flat, state.thermostat, draw, eta, kick, noise, weight, X, y,
+                factors, offset)
+
+    def finish_transition(self, state: SGNHTState, outputs) -> StepInfo:
+        moved, flat, z, value, t_kin = outputs
+        with torch.no_grad():
+            torch._foreach_copy_([p for p in state.position], moved)
+            state.flat_momentum.copy_(flat)
+        state.thermostat = z
+        state.step += 1
+        dim = chain_numel(state.momentum, state.layout)
+        return StepInfo(potential=value.detach(), kinetic_energy=0.5 * t_kin * dim, kinetic_temperature=t_kin,
+                        extra={"thermostat": z})
 
 
 SGNHT.__doc__ = SGNHT.__doc__.replace("{warmup}", WARMUP_DOC)
