@@ -275,12 +275,26 @@ def test_pickled_estimator_continues_the_same_chain(cancer, sampler):
                                   loaded.partial_fit(Xtr, ytr).predict_proba(Xte))
 
 
+def test_a_continued_chain_runs_at_its_new_temperature(cancer):
+    """set_params(sampler__temperature=...) then partial_fit: the continued steps inject the new temperature's
+    noise (the momenta's kinetic temperature follows it), not the scales cached under the old one."""
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(**{**FAST, "prior_scale": "fan_in"}).fit(Xtr, ytr)
+    first = clf.sampler_state_.step
+    clf.set_params(sampler__temperature=0.5, n_draws=80)
+    clf.partial_fit(Xtr, ytr)
+    steps, stats = clf.get_step_stats()
+    late = stats["kinetic_temperature"][..., steps > first + 100]
+    assert 0.4 < float(np.mean(late)) < 0.6  # 1.0 with the old scales
+
+
 def test_set_params_on_a_fitted_estimator_and_partial_fit_classes(cancer):
     Xtr, _, ytr, _ = cancer
     clf = BayesianMLPClassifier(**{**FAST, "max_epochs": 2}).fit(Xtr, ytr)
     clf.set_params(sampler__step_size=5e-5, sampler__friction=0.1)
     clf.partial_fit(Xtr, ytr)  # the continuing chain uses the new settings
     assert (clf.sampler_.step_size, clf.sampler_.friction) == (5e-5, 0.1)
+    assert float(clf.sampler_state_.precond.step_size.max()) == pytest.approx(5e-5)  # not the adapted one
     clf.set_params(sampler="sgld")
     with pytest.raises(ValueError, match="call fit"):
         clf.partial_fit(Xtr, ytr)

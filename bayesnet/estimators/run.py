@@ -205,6 +205,19 @@ def _same(a, b) -> bool:
         return repr(a) == repr(b)
 
 
+def _carry_settings(previous, sampler, state) -> None:
+    """A continued chain runs the new sampler's settings: the per-coordinate scales derived from the old ones
+    (noise and momentum scales hold the temperature, friction, noise level) are dropped, and an explicit
+    ``step_size`` that changed replaces the adapted (or old) one in the preconditioner."""
+    state.cache.clear()
+    step = getattr(sampler, "step_size", "auto")
+    if step != "auto" and step != getattr(previous, "step_size", "auto"):
+        pre = state.precond
+        pre.step_size = torch.full_like(pre.step_size, float(step))
+        pre.version += 1
+        sampler.preconditioner_changed(state)
+
+
 def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     """Continue the chains on ``(X, y)``: apply the changed settings a running chain can honour; refuse, with
     the advice to refit, those it cannot.
@@ -230,7 +243,8 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if sampler.members_per_chain() != net.layout_.members_per_chain:
         raise ValueError(f"partial_fit cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
                          f"sampler of {sampler.members_per_chain()}; call fit() to start new chains.")
-    net.sampler_ = sampler.configure(net.plan_)
+    previous, net.sampler_ = net.sampler_, sampler.configure(net.plan_)
+    _carry_settings(previous, net.sampler_, net.sampler_state_)
     if "prior_scale" in changed:
         net.prior_ = net.posterior_.prior = make_prior(net.prior_scale, net.sampler_)
         net.sampler_.reset_cache(net.sampler_state_)  # cached potentials were under the old prior
