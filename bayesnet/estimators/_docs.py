@@ -136,7 +136,9 @@ ATTRIBUTES_DOC = """
         settle, or fewer draws than asked for were kept.
     fit_status_ : dict
         How the last call ended: ``status`` ("complete", "short": fewer
-        draws than asked for, "interrupted": Ctrl-C, "diverged"),
+        draws than asked for, "interrupted": Ctrl-C, or an error such as
+        a ``MemoryError`` that stopped a group of chains with ``n_jobs``;
+        ``partial_fit`` resumes either to the planned length, "diverged"),
         ``stopped_by``, ``steps_taken`` and ``steps_planned``,
         ``draws_kept``/``draws_wanted``/``draws_discarded``,
         ``diverged_chains`` (per chain: step, draws kept and discarded),
