@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from sklearn.datasets import load_breast_cancer
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler

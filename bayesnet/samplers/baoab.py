@@ -14,7 +14,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo
 from .registry import register_sampler
-from .integrators import baoab_step, chain_numel, momentum_views, normal_flat
+from .integrators import baoab_step, chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, member_view, regrad, views
 
@@ -137,11 +137,7 @@ class BAOAB(Sampler):
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> BAOABState:
-        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
-        state = BAOABState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
-                           flat_momentum=flat, precond=precond)
-        flat.mul_(self.momentum_std(state))
-        return state
+        return momentum_state(BAOABState, self.momentum_std, position, rng, layout, precond)
 
     def reset_cache(self, state: BAOABState) -> None:
         """Drop the cached gradient: the next step re-evaluates it on its own batch."""

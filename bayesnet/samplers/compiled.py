@@ -30,13 +30,26 @@ from typing import Any
 
 import torch
 
-__all__ = ["CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision"]
+__all__ = ["CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision", "potential_gradients"]
 
 #: with ``compile="auto"``, a run compiles only when it has at least this many steps after its warm-up.
 #: Measured (``benchmarks/compile_step.py``, one busy CPU core): the compiled SGHMC step saves 0.3-1.1 ms of
 #: 0.5-2.4 ms per step on MLPs of 30-16-2 and 784-100-10, and its first compilation costs 3.6-9.8 s, so it repays
 #: after 1,000-25,000 steps; the defaults' 1,000 draws' steps never would
 COMPILE_MIN_STEPS = 20_000
+
+
+def potential_gradients(potentials):
+    """``f(ps, X, y, factors, offset) -> (grads, (total, u))`` for a kernel's pure transition: the gradient of
+    the members' summed potentials in every parameter tensor (each member's own gradient, as the members do not
+    interact) and the per-member potentials ``u``, from ``potentials``
+    (:meth:`~bayesnet.posterior.ChainPosterior.functional`)."""
+
+    def total(ps, X, y, factors, offset):
+        u = potentials(ps, X, y, factors, offset)
+        return u.sum(), u
+
+    return torch.func.grad_and_value(total, has_aux=True)
 
 
 def compile_decision(setting, sampler, potential, steps_after_warmup: int) -> tuple[bool, str]:

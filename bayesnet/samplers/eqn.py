@@ -15,7 +15,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
-from .integrators import baoab_step, chain_numel, momentum_views, normal_flat
+from .integrators import baoab_step, chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, member_view, regrad, views
 
@@ -325,11 +325,7 @@ class EQN(Sampler):
               precond: Preconditioner) -> EQNState:
         """Start the walkers with momenta :math:`p \\sim \\mathcal N(0, T I)` and :math:`B_i = I`."""
         self._dim = sum(p.numel() for p in position) // (layout.n_members or 1)
-        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
-        state = EQNState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
-                         flat_momentum=flat, precond=precond)
-        flat.mul_(self.momentum_std(state))
-        return state
+        return momentum_state(EQNState, self.momentum_std, position, rng, layout, precond)
 
     def _root_mass(self, state: EQNState) -> list[Tensor] | None:
         """``s = M^{-1/2}`` shaped like the positions (None without a mass): ``theta = s q``."""

@@ -15,7 +15,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
-from .integrators import chain_numel, momentum_views, normal_flat
+from .integrators import chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
 from .estimates import mask_like
 from .warmup import Preconditioner, views
@@ -189,15 +189,11 @@ class HMC(Sampler):
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> HMCState:
-        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
         shape = () if layout.n_chains is None else (layout.chains,)
         log_h = torch.log(precond.step_size).reshape(shape)
-        state = HMCState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
-                         flat_momentum=flat, precond=precond, log_step=log_h, log_step_bar=log_h.clone(),
-                         h_bar=torch.zeros_like(log_h), mu=log_h + math.log(10.0),
-                         accepted_total=torch.zeros_like(log_h), adapted=torch.zeros_like(log_h))
-        flat.mul_(self.momentum_std(state))
-        return state
+        return momentum_state(HMCState, self.momentum_std, position, rng, layout, precond, log_step=log_h,
+                              log_step_bar=log_h.clone(), h_bar=torch.zeros_like(log_h), mu=log_h + math.log(10.0),
+                              accepted_total=torch.zeros_like(log_h), adapted=torch.zeros_like(log_h))
 
     def _step(self, state: HMCState, potential: Potential, batch: Any) -> tuple[HMCState, StepInfo]:
         theta, p, flat, rng, layout = state.position, state.momentum, state.flat_momentum, state.rng, state.layout

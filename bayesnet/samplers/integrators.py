@@ -32,6 +32,7 @@ from ..plan import ChainLayout
 from .random import ChainRandom
 
 __all__ = [
+    "momentum_state",
     "gaussian_like",
     "normal_flat",
     "gaussian_momentum",
@@ -116,6 +117,19 @@ def gaussian_momentum(position: Sequence[Tensor], std: float, rng: ChainRandom,
     """
     flat = normal_flat(rng, layout, numel(position), position[0].dtype).clone().mul_(std)
     return momentum_views(flat, position), flat
+
+
+def momentum_state(state_class, momentum_std, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
+                   precond, **fields):
+    """A sampler's starting state whose momenta are views of one chain-major buffer (kinetic energies take one
+    reduction per chain), drawn from each chain's stream and scaled to their equilibrium sd
+    ``momentum_std(state)`` (the sampler's :meth:`~bayesnet.samplers.Sampler.momentum_std`); ``fields`` are the
+    state class's own (a thermostat, dual-averaging statistics, ...)."""
+    flat = normal_flat(rng, layout, numel(position), position[0].dtype).clone()
+    state = state_class(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
+                        flat_momentum=flat, precond=precond, **fields)
+    flat.mul_(momentum_std(state))
+    return state
 
 
 def momentum_views(flat: Tensor, position: Sequence[Tensor]) -> list[Tensor]:

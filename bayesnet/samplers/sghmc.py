@@ -13,7 +13,8 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo
 from .registry import register_sampler
-from .integrators import chain_numel, momentum_views, normal_flat, position_step
+from .compiled import potential_gradients
+from .integrators import chain_numel, momentum_state, normal_flat, position_step
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, views
 
@@ -129,19 +130,21 @@ class SGHMC(Sampler):
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> MomentumState:
-        # the momenta are views of one (chain-major) buffer: kinetic energies take one reduction per chain
-        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
-        state = MomentumState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
-                              flat_momentum=flat, precond=precond)
-        flat.mul_(self.momentum_std(state))
-        return state
+        return momentum_state(MomentumState, self.momentum_std, position, rng, layout, precond)
+
+    def _scales(self, state: MomentumState) -> tuple[Tensor, Tensor]:
+        """Per coordinate, laid out as the momenta: the noise sd ``sqrt(2 (alpha - beta) eta T m)`` and the
+        kinetic energy's weight ``1 / (2 eta m)`` (cached until the preconditioner changes)."""
+        pre, flat = state.precond, state.flat_momentum
+        noise = state.derived("noise", lambda: pre.per_coordinate(
+            torch.sqrt(2.0 * (self.friction - self.noise_estimate) * pre.step_size * self.temperature), 0.5, flat))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(0.5 / pre.step_size, -1.0, flat))
+        return noise, weight
 
     def _step(self, state: MomentumState, potential: Potential, batch: Any) -> tuple[MomentumState, StepInfo]:
         pre, alpha, flat = state.precond, self.friction, state.flat_momentum
         kick = state.derived("kick", lambda: views(pre.per_coordinate(pre.step_size, 1.0, flat), state.position))
-        noise = state.derived("noise", lambda: pre.per_coordinate(
-            torch.sqrt(2.0 * (alpha - self.noise_estimate) * pre.step_size * self.temperature), 0.5, flat))
-        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(0.5 / pre.step_size, -1.0, flat))
+        noise, weight = self._scales(state)
         position_step(state.position, state.momentum)  # A
         value, grad = potential.value_and_grad(batch)
         with torch.no_grad():
@@ -160,12 +163,7 @@ class SGHMC(Sampler):
         """:meth:`_step` as a pure function: ``(positions, momenta, noise, kick, noise_scale, weight, X, y,
         factors, offset) -> (positions, momenta, potentials, kinetic energies)``."""
         alpha = float(self.friction)
-
-        def total(ps, X, y, factors, offset):
-            u = potentials(ps, X, y, factors, offset)
-            return u.sum(), u
-
-        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+        grad_and_value = potential_gradients(potentials)
 
         def transition(position, flat, z, kick, noise, weight, X, y, factors, offset):
             moved = [p + m for p, m in zip(position, views(flat, position))]  # A
@@ -176,11 +174,9 @@ class SGHMC(Sampler):
         return transition
 
     def transition_inputs(self, state: MomentumState, potential: Potential, batch: Any) -> tuple:
-        pre, alpha, flat = state.precond, self.friction, state.flat_momentum
+        pre, flat = state.precond, state.flat_momentum
         kick = state.derived("kick_flat", lambda: pre.per_coordinate(pre.step_size, 1.0, flat))
-        noise = state.derived("noise", lambda: pre.per_coordinate(
-            torch.sqrt(2.0 * (alpha - self.noise_estimate) * pre.step_size * self.temperature), 0.5, flat))
-        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(0.5 / pre.step_size, -1.0, flat))
+        noise, weight = self._scales(state)
         z = normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat)
         factors, offset = potential.prior_form()
         X, y = batch

@@ -13,6 +13,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import Potential, Sampler, SamplerState, StepInfo
 from .registry import register_sampler
+from .compiled import potential_gradients
 from .integrators import gaussian_like
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, views
@@ -111,12 +112,19 @@ class SGLD(Sampler):
               precond: Preconditioner) -> SamplerState:
         return SamplerState(position=position, layout=layout, rng=rng, precond=precond)
 
-    def _step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
+    def _scales(self, state: SamplerState) -> tuple[list[Tensor], list[Tensor]]:
+        """Per coordinate, the drift's step ``eta m`` and the noise sd ``sqrt(2 eta T m)``, shaped as the
+        positions (cached until the preconditioner changes)."""
         pre, position = state.precond, state.position
         template = state.derived("template", lambda: flatten([p.detach() for p in position], state.layout))
         drift = state.derived("drift", lambda: views(pre.per_coordinate(pre.step_size, 1.0, template), position))
         noise = state.derived("noise", lambda: views(pre.per_coordinate(
             torch.sqrt(2.0 * pre.step_size * self.temperature), 0.5, template), position))
+        return drift, noise
+
+    def _step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
+        position = state.position
+        drift, noise = self._scales(state)
         value, grad = potential.value_and_grad(batch)
         with torch.no_grad():
             torch._foreach_addcmul_(position, list(grad), drift, value=-1.0)  # B applied to theta
@@ -130,12 +138,7 @@ class SGLD(Sampler):
     def pure_transition(self, potentials, layout: ChainLayout):
         """:meth:`_step` as a pure function: ``(positions, noise, drift, noise_scale, X, y, factors, offset) ->
         (positions, potentials)``."""
-
-        def total(ps, X, y, factors, offset):
-            u = potentials(ps, X, y, factors, offset)
-            return u.sum(), u
-
-        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+        grad_and_value = potential_gradients(potentials)
 
         def transition(position, z, drift, noise, X, y, factors, offset):
             grads, (_, u) = grad_and_value(position, X, y, factors, offset)
@@ -144,11 +147,8 @@ class SGLD(Sampler):
         return transition
 
     def transition_inputs(self, state: SamplerState, potential: Potential, batch: Any) -> tuple:
-        pre, position = state.precond, state.position
-        template = state.derived("template", lambda: flatten([p.detach() for p in position], state.layout))
-        drift = state.derived("drift", lambda: views(pre.per_coordinate(pre.step_size, 1.0, template), position))
-        noise = state.derived("noise", lambda: views(pre.per_coordinate(
-            torch.sqrt(2.0 * pre.step_size * self.temperature), 0.5, template), position))
+        position = state.position
+        drift, noise = self._scales(state)
         z = gaussian_like(position, state.rng, state.layout)
         factors, offset = potential.prior_form()
         X, y = batch

@@ -14,7 +14,8 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
-from .integrators import chain_numel, momentum_views, normal_flat, position_step
+from .compiled import potential_gradients
+from .integrators import chain_numel, momentum_state, normal_flat, position_step
 from .random import ChainRandom
 from .estimates import mask_like
 from .warmup import WARMUP_DOC, Preconditioner, flatten, views
@@ -139,22 +140,25 @@ class SGNHT(Sampler):
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> SGNHTState:
-        flat = normal_flat(rng, layout, sum(p.numel() for p in position), position[0].dtype).clone()
         first = position[0]
         shape = () if layout.n_chains is None else (layout.chains,)
         thermostat = torch.full(shape, float(self.noise), dtype=first.dtype, device=first.device)
-        state = SGNHTState(position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position),
-                           flat_momentum=flat, thermostat=thermostat, precond=precond)
-        flat.mul_(self.momentum_std(state))
-        return state
+        return momentum_state(SGNHTState, self.momentum_std, position, rng, layout, precond, thermostat=thermostat)
+
+    def _scales(self, state: SGNHTState) -> tuple[Tensor, Tensor]:
+        """Per coordinate, laid out as the momenta: the noise sd ``sqrt(2 c eta T m)`` and the kinetic
+        temperature's weight ``1 / (eta m)`` (cached until the preconditioner changes)."""
+        pre, flat = state.precond, state.flat_momentum
+        noise = state.derived("noise", lambda: pre.per_coordinate(
+            torch.sqrt(2.0 * self.noise * pre.step_size * self.temperature), 0.5, flat))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(1.0 / pre.step_size, -1.0, flat))
+        return noise, weight
 
     def _step(self, state: SGNHTState, potential: Potential, batch: Any) -> tuple[SGNHTState, StepInfo]:
         pre, r, flat = state.precond, state.momentum, state.flat_momentum
         eta = pre.step_size  # per chain (one member each)
         kick = state.derived("kick", lambda: views(pre.per_coordinate(eta, 1.0, flat), state.position))
-        noise = state.derived("noise", lambda: pre.per_coordinate(
-            torch.sqrt(2.0 * self.noise * eta * self.temperature), 0.5, flat))
-        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(1.0 / eta, -1.0, flat))
+        noise, weight = self._scales(state)
         dim = chain_numel(r, state.layout)
         with torch.no_grad():
             t_kin = (flat * flat * weight).sum(-1) / dim  # one value per chain: each chain has its own thermostat
@@ -178,12 +182,7 @@ class SGNHT(Sampler):
         weight, X, y, factors, offset) -> (positions, momenta, thermostat, potentials, kinetic temperatures)``,
         in :meth:`_step`'s order of operations."""
         temperature, inertia = float(self.temperature), float(self.thermal_inertia)
-
-        def total(ps, X, y, factors, offset):
-            u = potentials(ps, X, y, factors, offset)
-            return u.sum(), u
-
-        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+        grad_and_value = potential_gradients(potentials)
 
         def transition(position, flat, thermostat, noise_draw, eta, kick, noise, weight, X, y, factors, offset):
             dim = flat.shape[-1]
@@ -201,9 +200,7 @@ class SGNHT(Sampler):
         pre, flat = state.precond, state.flat_momentum
         eta = pre.step_size
         kick = state.derived("kick_flat", lambda: pre.per_coordinate(eta, 1.0, flat))
-        noise = state.derived("noise", lambda: pre.per_coordinate(
-            torch.sqrt(2.0 * self.noise * eta * self.temperature), 0.5, flat))
-        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(1.0 / eta, -1.0, flat))
+        noise, weight = self._scales(state)
         draw = normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat)
         factors, offset = potential.prior_form()
         X, y = batch
