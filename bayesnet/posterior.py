@@ -317,6 +317,14 @@ class ChainPosterior:
         """The prior's current ``(factors, offset)`` (:meth:`functional`'s last arguments)."""
         return self.prior.quadratic_form(self.network_parameters)
 
+    def hyperparameter_terms(self) -> Tensor | None:
+        """The part of every member's log prior that depends on the prior's hyperparameters alone, shape ``(S,)``
+        (:meth:`~bayesnet.priors.HierarchicalPrior.hyperparameter_terms`), or None for a prior without
+        hyperparameters. ``potential + hyperparameter_terms`` is the potential of the positions given the
+        hyperparameters, whose level does not drift with them (the divergence monitor watches it)."""
+        terms = getattr(self.prior, "hyperparameter_terms", None)
+        return None if terms is None else terms(self.network_parameters)
+
     @property
     def gibbs_interval(self) -> int | None:
         """Steps between the prior's Gibbs updates (None: a prior without hyperparameters to update)."""

@@ -276,6 +276,19 @@ class HierarchicalPrior(FanInPrior):
         """``-tau_k theta_k / c_k``."""
         return torch._foreach_mul(list(parameters), [-f for f in self._factors(parameters)])
 
+    def hyperparameter_terms(self, parameters: Sequence[Tensor]) -> Tensor:
+        r"""The terms of every member's log prior that depend on :math:`\tau` alone, :math:`\sum_k (a - 1 +
+        n_k/2)\log\tau_k - b\tau_k`, shape ``(S,)``, in the parameters' dtype (the same tensor until the next
+        Gibbs step).
+
+        The potential is the data term plus :math:`\sum_k \tau_k|\theta_k|^2/(2c_k)` minus these terms. At
+        equilibrium given :math:`\tau` the quadratic part averages :math:`\sum_k n_k/2` whatever :math:`\tau`
+        is, while these terms move with it: a chain whose layers are still growing towards their posterior scale
+        (over thousands of steps; see the user guide) sees its potential rise by :math:`(n_k/2)` per unit of
+        :math:`-\log\tau_k` without leaving its typical set. The divergence monitor adds them back.
+        """
+        return self._rest(parameters)
+
     def quadratic_form(self, parameters: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
         """``(factors, offset)`` with ``log_prob_chains = -sum_k factors[k] |theta_k|^2 / 2 + offset``: every
         member's ``tau_k / c_k``, shape ``(S,)``, and its ``tau`` terms, ``(S,)`` (they change with each Gibbs

@@ -317,6 +317,30 @@ def test_the_hot_chain_warning_is_about_a_kept_chain(cancer):
     assert float(re.search(r"averaged ([0-9.e+-]+)", hot).group(1)) < 50, hot
 
 
+def test_a_wide_layer_growing_to_its_posterior_scale_is_not_a_divergence(monkeypatch):
+    """Before: a 1000-unit layer on digits (a user's plausible network), default sampler and hierarchical prior,
+    stopped as "diverged" at step 761 (5 draws kept): the layers' precisions fall for thousands of steps while the
+    weights grow to the scale the data ask for, and the joint potential rises by (n/2) log(1/tau) with them,
+    beyond 30 warm-up standard deviations, with the chain in good health. Now the monitor watches the potential
+    given the precisions: the run completes. The power check runs the same fit watching the joint potential (the
+    prior's hyperparameter terms hidden), and it is stopped as before."""
+    from sklearn.datasets import load_digits
+
+    from bayesnet.posterior import ChainPosterior
+
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    settings = dict(hidden_layer_sizes=(1000,), burn_in=200, n_draws=50, thinning=20, random_state=0)
+    est = BayesianMLPClassifier(**settings)
+    fit_recording(est, X, y)
+    assert est.fit_status_["status"] == "complete" and not est.fit_status_["diverged_chains"]
+    assert est.trace_.n_kept == 50 and est.score(X, y) > 0.95
+    with monkeypatch.context() as m:
+        m.setattr(ChainPosterior, "hyperparameter_terms", lambda self: None)
+        with pytest.raises(DivergenceError, match="a potential far above what the warm-up saw"):
+            BayesianMLPClassifier(**settings).fit(X, y)
+
+
 @pytest.fixture(scope="module")
 def scaled_cancer():
     X, y = load_breast_cancer(return_X_y=True)
