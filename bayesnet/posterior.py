@@ -317,6 +317,60 @@ class ChainPosterior:
         """The prior's current ``(factors, offset)`` (:meth:`functional`'s last arguments)."""
         return self.prior.quadratic_form(self.network_parameters)
 
+    @torch.no_grad()
+    def scale_move(self, batches, rng, log_sd: float = 0.15) -> Tensor | None:
+        r"""One Metropolis scale move per parameter tensor, every member at once (the warm-up's: see
+        :func:`bayesnet.samplers.warmup.scale_moves`); None for a prior without (``scale_log_ratio``).
+
+        Tensor ``k``'s proposal is :math:`\theta_k \to e^{s}\theta_k`, :math:`\tau_k \to e^{-2s}\tau_k`,
+        :math:`s \sim N(0, \text{log\_sd}^2)`: a layer and its precision move together along the ridge
+        :math:`\tau_k|\theta_k|^2 \approx n_k`, which the Gibbs steps (one of them fixed at a time) cross in
+        steps of :math:`\sqrt{2/n_k}`. The log acceptance ratio is :math:`\hat\Delta - \hat\sigma^2/2 + r`:
+        :math:`\hat\Delta` the change of the log-likelihood estimated on ``batches`` (their ``B`` rows
+        concatenated, scaled to the ``n_data`` rows), :math:`\hat\sigma^2 = (N^2/B)(1 - B/N)` times the
+        variance of the rows' changes its estimated variance (the penalty method of Ceperley and Dewing 1999,
+        which corrects a Gaussian error of the estimate; without it the noise accepts moves the full data would
+        refuse, measured: digits' accuracy 0.97 -> 0.95), :math:`r` the prior's
+        :meth:`~bayesnet.priors.HierarchicalPrior.scale_log_ratio`. On the full data it is the exact Metropolis
+        test.
+
+        Returns
+        -------
+        Tensor, shape (S,)
+            The fraction of the moves each member accepted.
+        """
+        ratio = getattr(self.prior, "scale_log_ratio", None)
+        if ratio is None or not batches or not self._batched_terms():
+            return None
+        X = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        net, lik = self.network_parameters, self.parameters[len(self.net_names):]
+        S, B = net[0].shape[0], y.shape[0]
+        N = max(self.n_data, B)
+        per_chain = S // rng.n_chains
+
+        def rows():  # (S, B) float64
+            return self.likelihood.pointwise_log_likelihood(self.outputs(X), y, lik).double()
+
+        current = rows()
+        accepted = torch.zeros(S, dtype=torch.float64, device=current.device)
+        for k, p in enumerate(net):
+            shape = (-1,) + (1,) * (p.ndim - 1)
+            s = log_sd * rng.normal(per_chain, torch.float64).reshape(S)
+            log_u = torch.log(rng.uniform(per_chain, torch.float64).reshape(S))
+            old = p.detach().clone()
+            p.mul_(torch.exp(s).to(p.dtype).reshape(shape))
+            proposed = rows()
+            change = proposed - current
+            estimate = (N / B) * change.sum(1)
+            variance = (N * N / B) * (1.0 - B / N) * change.var(1, correction=1) if B > 1 else 0.0
+            ok = log_u < estimate - 0.5 * variance + ratio(net, k, s)  # NaN: rejected
+            p.copy_(torch.where(ok.reshape(shape), p, old))
+            self.prior.rescale(net, k, s, ok)
+            current = torch.where(ok.unsqueeze(1), proposed, current)
+            accepted += ok
+        return accepted / len(net)
+
     def hyperparameter_terms(self) -> Tensor | None:
         """The part of every member's log prior that depends on the prior's hyperparameters alone, shape ``(S,)``
         (:meth:`~bayesnet.priors.HierarchicalPrior.hyperparameter_terms`), or None for a prior without

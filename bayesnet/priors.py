@@ -295,6 +295,26 @@ class HierarchicalPrior(FanInPrior):
         step; see :meth:`GaussianPrior.quadratic_form`)."""
         return [f.reshape(-1) for f in self._factors(parameters)], self._rest(parameters)
 
+    def scale_log_ratio(self, parameters: Sequence[Tensor], k: int, s: Tensor) -> Tensor:
+        r"""The prior's part of the log acceptance ratio of a scale move of tensor ``k`` (the warm-up's,
+        :meth:`~bayesnet.posterior.ChainPosterior.scale_move`): :math:`\theta_k \to e^{s}\theta_k`,
+        :math:`\tau_k \to e^{-2s}\tau_k` per member, ``s`` of shape ``(S,)``, float64.
+
+        The move keeps :math:`\tau_k|\theta_k|^2` and so the Gaussian's exponent; with the Jacobian
+        :math:`e^{(n_k - 2)s}` the normaliser's :math:`(n_k/2)\log\tau_k` cancels and what remains is the
+        Gamma hyperprior's change and :math:`\tau_k`'s Jacobian, :math:`-2as - b\tau_k(e^{-2s} - 1)`. The data
+        term's change is the caller's.
+        """
+        tau = self._tau(parameters)[:, k]
+        return -2.0 * self.precision_shape * s - self.precision_rate * tau * torch.expm1(-2.0 * s)
+
+    def rescale(self, parameters: Sequence[Tensor], k: int, s: Tensor, accept: Tensor) -> None:
+        """Apply the accepted members' scale move to :math:`\tau_k` (``tau_k * exp(-2 s)``; see
+        :meth:`scale_log_ratio`); the caller scales the positions."""
+        tau = self._tau(parameters).clone()
+        tau[:, k] = torch.where(accept, tau[:, k] * torch.exp(-2.0 * s), tau[:, k])
+        self.precision = tau
+
     @torch.no_grad()
     def gibbs_update(self, parameters: Sequence[Tensor], rng):
         r"""Draw every member's :math:`\tau` from its conditional (class docstring). The samplers call it every

@@ -32,7 +32,9 @@ def _fit(est, X, y):
 @pytest.mark.parametrize("sampler", ["sghmc", "sgld", "sgnht"])
 def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
     """Same seed, same streams: after the warm-up (eager in both) 400 compiled steps retrace the eager chains
-    within float32 rounding; the hierarchical prior's Gibbs steps run in between."""
+    within float32 rounding; the hierarchical prior's Gibbs steps run in between. The rounding differences of
+    the two step orders grow along a chain (measured, sgnht: 1e-8 at the first draw, 5e-4 at the 40th, steadily;
+    a wrong step would differ at once): the first draws agree to 1e-5, all of them to 1e-3, relative."""
     X, y = cancer
     params = dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=40, n_chains=2, batch_size=64,
                   random_state=0)
@@ -43,8 +45,9 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
     assert fast.fit_status_["compiled"] == "compiled" and eager.fit_status_["compiled"] == "compile=False"
     assert fast.compiled_step_.compile_seconds > 0
     a, b = eager.trace_.as_array(), fast.trace_.as_array()
-    assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
-    np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-4)
+    assert np.abs(a - b)[:, :5].max() <= 1e-5 * np.abs(a).max()
+    assert np.abs(a - b).max() <= 1e-3 * np.abs(a).max()
+    np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-3)
 
 
 def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeypatch):

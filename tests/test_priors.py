@@ -198,3 +198,68 @@ def test_gibbs_steps_start_at_half_the_warm_up():
     state = sampler.init(pot.parameters, ChainRandom(0, 4), n_chains=4)
     sampler.step(state, pot, None)
     assert not torch.equal(fresh.precision, torch.ones_like(fresh.precision))
+
+
+class _NoJacobian(HierarchicalPrior):
+    """A scale move's prior ratio without tau's Jacobian (``-2(a-1)s``): the power check (it targets
+    ``Gamma(a - 1, b)`` for tau)."""
+
+    def scale_log_ratio(self, parameters, k, s):
+        return super().scale_log_ratio(parameters, k, s) + 2.0 * s
+
+
+@pytest.mark.parametrize("prior_class, holds", [(HierarchicalPrior, True), (_NoJacobian, False)],
+                         ids=["exact", "power check"])
+def test_scale_moves_keep_the_hierarchical_prior(prior_class, holds, monkeypatch):
+    """The warm-up's scale moves (theta_k -> e^s theta_k, tau_k -> e^-2s tau_k, Metropolis) with a flat
+    likelihood, from exact prior draws of 3000 members: after 150 rounds every tensor's tau is still
+    Gamma(a, b) and tau_k |theta_k|^2 / c_k still chi-square(n_k) (Kolmogorov-Smirnov, p > 1e-3). The power
+    check drops tau's Jacobian from the ratio, and the test fails."""
+    from bayesnet.estimators.mlp import MLP
+    from bayesnet.likelihoods import CategoricalLikelihood
+    from bayesnet.posterior import ChainPosterior
+
+    S, a, b = 3000, 2.0, 0.5
+    prior = prior_class(precision_shape=a, precision_rate=b)
+    module, lik = MLP(3, (4,), 2), CategoricalLikelihood()
+    gen = torch.Generator().manual_seed(0)
+    shapes = [p.shape for p in module.parameters()]
+    c = prior.variances(shapes)
+    tau = torch.distributions.Gamma(torch.full((S, len(shapes)), a, dtype=torch.float64),
+                                    torch.full((S, len(shapes)), b, dtype=torch.float64)).sample()
+    members = [[(torch.randn(shape, generator=gen, dtype=torch.float64) * math.sqrt(ck / float(tau[i, k])))
+                for k, (shape, ck) in enumerate(zip(shapes, c))] for i in range(S)]
+    pot = ChainPosterior(module.double(), lik, prior, 100, members)
+    prior.precision = tau.clone()
+    monkeypatch.setattr(lik, "pointwise_log_likelihood", lambda out, y, params: torch.zeros(S, len(y)))
+    rng = ChainRandom(1, S)
+    batch = [(torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, dtype=torch.long))]
+    rates = [pot.scale_move(batch, rng, log_sd=0.5) for _ in range(150)]
+    assert 0.2 < float(torch.stack(rates).mean()) < 0.9
+    p_values = []
+    for k, (p, ck) in enumerate(zip(pot.network_parameters, c)):
+        t = prior.precision[:, k].numpy()
+        p_values.append(stats.kstest(t, stats.gamma(a, scale=1 / b).cdf).pvalue)
+        q = (t * (p.detach() ** 2).reshape(S, -1).sum(1).numpy() / ck)
+        p_values.append(stats.kstest(q, stats.chi2(p[0].numel()).cdf).pvalue)
+    assert (min(p_values) > 1e-3) == holds, p_values
+
+
+def test_scale_moves_run_in_the_warm_up_only():
+    """With the hierarchical prior the warm-up makes one round of scale moves after each Gibbs step from half
+    the burn-in until its final window starts (burn-in 200: Gibbs steps at 100, 110, ..., 170 before the final
+    window at 180), and none after; the report counts them. A prior without precisions makes none."""
+    from sklearn.datasets import load_iris
+
+    from bayesnet import BayesianMLPClassifier
+
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    est = BayesianMLPClassifier((8,), burn_in=200, n_draws=20, thinning=5, random_state=0).fit(X, y)
+    report = est.sampler_state_.warmup_report
+    assert report["scale_moves"] == 8
+    assert 0.0 < float(report["scale_acceptance"].mean()) < 1.0
+    fixed = BayesianMLPClassifier((8,), burn_in=200, n_draws=20, thinning=5, random_state=0,
+                                  prior_scale="fan_in").fit(X, y)
+    assert fixed.sampler_state_.warmup_report["scale_moves"] == 0
+    assert fixed.sampler_state_.warmup_report["scale_acceptance"] is None

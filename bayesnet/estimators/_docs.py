@@ -62,7 +62,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         ``Gamma(1, 1)`` hyperprior, resampled from its exact conditional by
         a Gibbs step every 10 sampler steps (from half the burn-in on: first
         the chain meets the data at the fan-in scale), so that the data set each
-        layer's scale (Neal 1996's automatic relevance determination);
+        layer's scale (Neal 1996's automatic relevance determination); until
+        the warm-up's final window each Gibbs step is followed by Metropolis
+        moves that rescale a tensor and its precision together, so that the
+        layers reach their posterior scale within the warm-up;
         given the precision ``tau`` a weight is ``N(0, 1 / (tau n_in))``
         with ``n_in`` its layer's fan-in. "fan_in": that prior at
         ``tau = 1``. "auto" is "hierarchical" for a sampler at temperature 1

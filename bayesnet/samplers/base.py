@@ -568,6 +568,8 @@ class Sampler(BaseEstimator):
             change = potential.gibbs_update(state.rng)
             if change is not None:
                 self.potential_changed(state, *change)
+                if _warmup.scale_moves(self, state, potential):  # the warm-up's: positions moved
+                    self.reset_cache(state)
 
     # ------------------------------------------------------------------ #
     # compiled transitions (bayesnet.samplers.compiled): what a kernel declares

@@ -193,6 +193,8 @@ class WarmUp:
     window_heat_count: int = 0
     window_potential: list | None = None  # per member: sums of the potential over the window's two halves
     window_potential_count: list | None = None
+    scale_accepted: Tensor | None = None  # per member: the scale moves' summed acceptance fractions
+    scale_count: int = 0  # rounds of scale moves made
 
     def remember(self, batch) -> None:
         """Keep ``batch`` among the last ``N_BATCHES`` seen (a full batch, the same object each step, once)."""
@@ -477,8 +479,42 @@ def after_step(sampler, state, potential, batch) -> None:
                            "n_steps": warm.n_steps, "restarts": warm.n_restarts, "hot_windows": warm.n_hot,
                            "curvature": None if warm.curvature is None else warm.curvature.detach().cpu(),
                            "noise_fraction": None if warm.noise_fraction is None
-                           else warm.noise_fraction.detach().cpu()}
+                           else warm.noise_fraction.detach().cpu(),
+                           "scale_moves": warm.scale_count,
+                           "scale_acceptance": None if warm.scale_accepted is None
+                           else (warm.scale_accepted / warm.scale_count).detach().cpu()}
     state.warmup = None
+
+
+#: the sd of a scale move's log factor (about half of the digits MLP's moves accepted)
+SCALE_MOVE_SD = 0.15
+
+
+def scale_moves(sampler, state, potential) -> bool:
+    r"""The warm-up's scale moves, made after each of the prior's Gibbs steps from there until the final window
+    starts; True when positions moved (the sampler then drops what it cached).
+
+    Under the hierarchical prior a layer's weights and its precision are tied, :math:`\tau_k|\theta_k|^2
+    \approx n_k`, and the Gibbs steps move one given the other: a layer's scale drifts in steps of about
+    :math:`\sqrt{2/n_k}` relative per Gibbs step, while the sampler moves the weights at a step its stiffest
+    direction limits. Measured on digits (default MLP, sghmc): the output layer's precision fell from 0.6 to
+    0.06 over 9,000 steps, still falling, the predictive underconfident meanwhile (ECE 0.10 at 2,000 steps).
+    One Metropolis move per tensor along that ridge
+    (:meth:`~bayesnet.posterior.ChainPosterior.scale_move`, on the warm-up's last mini-batches) takes the
+    layers to their posterior scale within the warm-up (the same fit: ECE 0.045, log loss 0.19 -> 0.15-0.17).
+    Only during the warm-up: the kept draws come from the frozen kernel (the sampler and the exact Gibbs step),
+    as before; the moves use mini-batches (their likelihood ratio is an estimate) and need not be exact there.
+    The final window, where the frozen step size is tried, sees no move."""
+    warm = state.warmup
+    if warm is None or not warm.recent or len(warm.ends) < 2 or state.step >= warm.ends[-2]:
+        return False
+    rate = getattr(potential, "scale_move", None)
+    rate = None if rate is None else rate(warm.recent, state.rng, SCALE_MOVE_SD)
+    if rate is None:
+        return False
+    warm.scale_accepted = rate if warm.scale_accepted is None else warm.scale_accepted + rate
+    warm.scale_count += 1
+    return True
 
 
 def watch(potential, warm: WarmUp, step: int = 0) -> Any:
