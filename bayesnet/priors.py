@@ -309,7 +309,7 @@ class HierarchicalPrior(FanInPrior):
         return -2.0 * self.precision_shape * s - self.precision_rate * tau * torch.expm1(-2.0 * s)
 
     def rescale(self, parameters: Sequence[Tensor], k: int, s: Tensor, accept: Tensor) -> None:
-        """Apply the accepted members' scale move to :math:`\tau_k` (``tau_k * exp(-2 s)``; see
+        r"""Apply the accepted members' scale move to :math:`\tau_k` (``tau_k * exp(-2 s)``; see
         :meth:`scale_log_ratio`); the caller scales the positions."""
         tau = self._tau(parameters).clone()
         tau[:, k] = torch.where(accept, tau[:, k] * torch.exp(-2.0 * s), tau[:, k])

@@ -263,14 +263,14 @@ class DivergenceMonitor(Callback):
         if ref is None:
             ref = self._reference(net, state)
         _, mean, sd = (t.cpu().numpy() for t in ref)
-        hyper = _terms_at(state.get("hyper"), steps)  # (S, n) or 0: the potential the monitor watched
+        hyper = _terms_at(state.get("hyper"), steps, net.posterior_.n_members)  # what the monitor added
         M = net.layout_.members_per_chain
         target = net.sampler_.target_temperature()
         out = {}
         for c in chains:
             ok = np.ones(len(steps), dtype=bool)
             for m in range(c * M, (c + 1) * M):
-                u = fields["potential"][m].astype(np.float64) + (hyper[m] if np.ndim(hyper) else 0.0)
+                u = fields["potential"][m].astype(np.float64) + hyper[m]
                 if np.isfinite(mean[m]):
                     bound = self._limit(net, mean[m], sd[m], self.recover_tolerance)
                 else:  # no warm-up: within the tolerance of the lowest potential the chain had reached
@@ -292,11 +292,11 @@ class DivergenceMonitor(Callback):
 _HYPER_HISTORY = 4096
 
 
-def _terms_at(history, steps: np.ndarray):
+def _terms_at(history, steps: np.ndarray, n_members: int) -> np.ndarray:
     """The hyperparameter terms in force at each of ``steps``, ``(S, n)`` (a step before the first remembered
-    value takes that value), or 0 without any."""
+    value takes that value; zeros without any)."""
     if not history or not len(steps):
-        return 0.0
+        return np.zeros((n_members, len(steps)))
     starts = np.array([h[0] for h in history])
     values = torch.stack([h[1] for h in history]).cpu().numpy()  # (H, S)
     # a value remembered at step t was computed before step t's transition (the Gibbs step comes first)
