@@ -555,6 +555,25 @@ def test_a_change_continuation_can_honour_takes_effect(fitted_once, iris):
     assert len(est.trace_) == 25 and np.all(np.diff(est.trace_.steps[-25:]) == 3)
 
 
+def test_groups_of_chains_refuse_a_changed_number_of_chains(iris):
+    """Before: with n_jobs the groups kept their chains and partial_fit continued them silently under the new
+    n_chains (the shards were never told), so n_chains and the chains fitted disagreed."""
+    X, y = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier(**GROUPS).fit(X, y)
+    draws = est.trace_.draws().clone()
+    est.set_params(n_chains=2)
+    with pytest.raises(ValueError, match=r"partial_fit cannot continue the chains with changed n_chains=2 \(was 4\): "
+                                         r".*call fit\(\) to start new chains"):
+        est.partial_fit(X, y)
+    assert torch.equal(est.trace_.draws(), draws) and sum(s.n_chains for s in est.shards_) == 4  # nothing lost
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.set_params(n_chains=4).partial_fit(X, y)  # the old count continues
+    assert est.trace_.n_slots == 4 and (est.trace_.kept_per_slot == 20).all()
+
+
 def test_warm_start_with_another_number_of_chains_says_how_to_refit(iris):
     """Before: the message said "call fit()", which is what the user had done (with warm_start=True)."""
     X, y = iris
