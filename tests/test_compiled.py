@@ -103,3 +103,25 @@ def test_a_refit_builds_its_own_transition(cancer):
     est.set_params(compile=True)
     _fit(est, X, y)
     assert est.compiled_step_ is not None and est.compiled_step_ is not first
+
+
+def test_compile_parameters_reach_torch_compile(cancer, monkeypatch):
+    """Before: ``compile__mode`` and the other ``compile__*`` parameters were accepted and silently ignored.
+    They go to ``torch.compile`` over the defaults; one it does not take is a TypeError before any step."""
+    seen = []
+    real = compiled_module.torch.compile
+
+    def spy(fn, **kwargs):
+        seen.append(kwargs)
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(compiled_module.torch, "compile", spy)
+    X, y = cancer
+    params = dict(hidden_layer_sizes=(4,), sampler="sgld", burn_in=20, n_draws=5, compile=True, random_state=0)
+    est = _fit(BayesianMLPClassifier(compile__backend="eager", compile__dynamic=True, **params), X, y)
+    assert seen == [{"fullgraph": True, "dynamic": True, "backend": "eager"}]
+    assert est.fit_status_["compiled"] == "compiled" and est.compiled_step_.fallback is None
+    eager = _fit(BayesianMLPClassifier(**{**params, "compile": False}), X, y)
+    np.testing.assert_allclose(est.trace_.as_array(), eager.trace_.as_array(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="no_such_option"):
+        _fit(BayesianMLPClassifier(compile__no_such_option=1, **params), X, y)

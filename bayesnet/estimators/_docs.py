@@ -87,11 +87,14 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
     compile : bool or "auto", default="auto"
         Compile the sampler's frozen transition (after the warm-up) with
         ``torch.compile`` (:mod:`bayesnet.samplers.compiled`): True
-        whenever the sampler can (sgld, sghmc), "auto" only for runs of at
-        least 20,000 steps after the warm-up (the compilation, 3-10 s on a
-        CPU, is repaid at 0.2-1 ms saved per step), False never. Compiled
+        whenever the sampler can (sgld, sghmc, sgnht), "auto" only for runs
+        of at least 20,000 steps after the warm-up (the compilation, 3-10 s
+        on a CPU, is repaid at 0.2-1 ms saved per step), False never. Compiled
         chains are the eager ones up to float rounding; a failing compiler
-        warns once and the run continues eagerly. (Unlike skorch's
+        warns once and the run continues eagerly. ``compile__*`` parameters
+        (``compile__mode="max-autotune"``, ``compile__backend``, ...) go to
+        ``torch.compile``, over ``fullgraph=True, dynamic=False``; a key it
+        does not take raises TypeError when the run starts. (Unlike skorch's
         ``compile``, the module itself is not compiled.)
     device : {"cpu", "cuda", "cuda:N", "auto"}, default="cpu"
         Where sampling and prediction run ("auto": a GPU when there is one).

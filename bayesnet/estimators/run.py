@@ -289,7 +289,8 @@ def prepare_compiled(net) -> None:
     warm_until = max(int(net.sampler_.adaptation_length()), int(net.sampler_state_.step))
     after = max(int(net.steps_planned_total_) - warm_until, 0)
     ok, why = compile_decision(net.compile, net.sampler_, net.posterior_, after)
-    net.compiled_step_ = CompiledTransition(net.sampler_, net.posterior_, net.sampler_state_.layout) if ok else None
+    net.compiled_step_ = (CompiledTransition(net.sampler_, net.posterior_, net.sampler_state_.layout,
+                                             options=net.get_params_for("compile")) if ok else None)
     net.fit_status_["compiled"] = why
 
 

@@ -80,6 +80,14 @@ class CompiledTransition:
         The chains' layout (the state's).
     compile : bool, default=True
         False runs the pure function eagerly (the fallback, and the reference in the equality tests).
+    options : dict or None, default=None
+        Keyword arguments for ``torch.compile`` (``mode``, ``backend``, ``options``, ...: the estimators'
+        ``compile__*`` parameters), over the defaults ``fullgraph=True, dynamic=False``.
+
+    Raises
+    ------
+    TypeError
+        For an ``options`` key that ``torch.compile`` does not take.
 
     Attributes
     ----------
@@ -89,10 +97,11 @@ class CompiledTransition:
         Why it runs eagerly after a failed compilation (None while compiled).
     """
 
-    def __init__(self, sampler, potential, layout, compile: bool = True):
+    def __init__(self, sampler, potential, layout, compile: bool = True, options: dict | None = None):
         self.sampler = sampler
         self.pure = sampler.pure_transition(potential.functional(), layout)
-        self.fn = torch.compile(self.pure, fullgraph=True, dynamic=False) if compile else self.pure
+        options = {"fullgraph": True, "dynamic": False, **(options or {})}
+        self.fn = torch.compile(self.pure, **options) if compile else self.pure
         self.fallback = None if compile else "compile=False"
         self.compile_seconds = 0.0
         self._shapes: set = set()
