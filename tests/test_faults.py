@@ -346,6 +346,37 @@ def test_a_wide_layer_growing_to_its_posterior_scale_is_not_a_divergence(monkeyp
             BayesianMLPClassifier(**settings).fit(X, y)
 
 
+def test_the_divergence_reference_counts_each_members_finite_potentials_only(iris):
+    """Before: a member's non-finite potentials in the reference window (the last quarter of the burn-in, where
+    the warm-up's guard may put a chain back) entered its sums as 0 while every step counted, so its mean fell
+    and its limit with it, towards a false divergence. Now each member averages its own finite values, and a
+    member with fewer than two has no potential limit."""
+    X, y = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier((8,), n_chains=3, burn_in=40, n_draws=5, random_state=0).fit(X, y)
+    monitor = dict(est.callbacks_)["divergence"]
+    zeros = torch.zeros(3, dtype=torch.float64)
+    state = {"bad": torch.zeros(3, 3, dtype=torch.bool), "ref_sum": zeros.clone(), "ref_sq": zeros.clone(),
+             "ref_n": zeros.clone()}
+    rng = np.random.default_rng(0)
+    values = np.stack([1000.0 + 30 * rng.standard_normal(20), 2000.0 + 30 * rng.standard_normal(20),
+                       np.full(20, np.nan)], axis=1)
+    values[[3, 7, 11], 1] = [np.nan, np.inf, -np.inf]  # member 1: three steps put back by the guard
+    values[5, 2] = 3000.0  # member 2: a single finite value
+    for u in values:
+        monitor._accumulate(state, torch.tensor(u))
+    limit, mean, sd = (t.numpy() for t in monitor._reference(est, state))
+    for m in (0, 1):
+        finite = values[np.isfinite(values[:, m]), m]
+        assert mean[m] == pytest.approx(finite.mean(), rel=1e-12)
+        assert sd[m] == pytest.approx(max(finite.std(), monitor._floor(est)), rel=1e-9)
+        assert np.isfinite(limit[m]) and limit[m] > finite.max()
+    naive = np.nan_to_num(values[:, 1], nan=0.0, posinf=0.0, neginf=0.0).mean()  # the old count
+    assert mean[1] - naive > 250  # three values in 20 lowered the old mean by 15 %
+    assert np.isinf(limit[2]) and np.isinf(mean[2])
+
+
 @pytest.fixture(scope="module")
 def scaled_cancer():
     X, y = load_breast_cancer(return_X_y=True)

@@ -134,7 +134,8 @@ class DivergenceMonitor(Callback):
                 "high_run": torch.zeros(S, dtype=torch.int64, device=device),
                 "ref_sum": torch.zeros(S, dtype=torch.float64, device=device),
                 "ref_sq": torch.zeros(S, dtype=torch.float64, device=device),
-                "ref_n": 0, "reference": None, "alive": np.ones(net.layout_.chains, dtype=bool),
+                "ref_n": torch.zeros(S, dtype=torch.float64, device=device),  # per member: its finite values
+                "reference": None, "alive": np.ones(net.layout_.chains, dtype=bool),
             }
         return state
 
@@ -147,9 +148,7 @@ class DivergenceMonitor(Callback):
         u = info.potential.detach().reshape(-1).double() + self._hyperparameter_terms(net, state, step)
         if step <= burn_in and step > 3 * burn_in // 4:  # the reference: the last quarter of the burn-in (after
             # the prior's precisions have started to move, at half of it), during a warm-up too
-            state["ref_sum"] += torch.nan_to_num(u, nan=0.0, posinf=0.0, neginf=0.0)
-            state["ref_sq"] += torch.nan_to_num(u * u, nan=0.0, posinf=0.0, neginf=0.0)
-            state["ref_n"] += 1
+            self._accumulate(state, u)
         report = sampler_state.warmup_report
         if sampler_state.warmup is not None or (report is not None and step <= report["n_steps"]):
             return  # the sampler's warm-up guards itself: it puts back and slows a member that goes bad
@@ -194,6 +193,15 @@ class DivergenceMonitor(Callback):
             del history[: -_HYPER_HISTORY]
         return history[-1][1]
 
+    @staticmethod
+    def _accumulate(state, u) -> None:
+        """Add one step's potentials ``u`` (float64, ``(S,)``) to the reference's sums; each member counts only its
+        finite values (a value the warm-up's guard put back is not part of its typical set)."""
+        finite = torch.isfinite(u)
+        state["ref_sum"] += torch.where(finite, u, 0.0)
+        state["ref_sq"] += torch.where(finite, u * u, 0.0)
+        state["ref_n"] = state["ref_n"] + finite.to(torch.float64)
+
     def _reference(self, net, state) -> tuple:
         """Per member: the potential above which a chain has left its typical set, and the warm-up's mean and
         floored standard deviation of the potential (the last quarter of the burn-in); all infinite without a
@@ -204,14 +212,14 @@ class DivergenceMonitor(Callback):
         potential of a ``D``-parameter Gaussian by ``(T_max / T - 1) D / 2`` on average and widens its spread by
         ``T_max / T``."""
         S = net.posterior_.n_members
-        n = state["ref_n"]
         device = state["bad"].device
-        if n < 2:  # no warm-up to speak of: only non-finite values and the temperature count
-            inf = torch.full((S,), float("inf"), dtype=torch.float64, device=device)
-            return inf, inf, inf
-        mean = state["ref_sum"] / n
-        sd = (state["ref_sq"] / n - mean * mean).clamp_min(0.0).sqrt().clamp_min(self._floor(net))
-        return self._limit(net, mean, sd, self.potential_tolerance), mean, sd
+        n = torch.as_tensor(state["ref_n"], dtype=torch.float64, device=device).expand(S)
+        few = n < 2  # no warm-up to speak of for that member: only non-finite values and the temperature count
+        mean = state["ref_sum"] / n.clamp_min(1.0)
+        sd = (state["ref_sq"] / n.clamp_min(1.0) - mean * mean).clamp_min(0.0).sqrt().clamp_min(self._floor(net))
+        inf = torch.full((S,), float("inf"), dtype=torch.float64, device=device)
+        limit = self._limit(net, mean, sd, self.potential_tolerance)
+        return torch.where(few, inf, limit), torch.where(few, inf, mean), torch.where(few, inf, sd)
 
     @staticmethod
     def _floor(net) -> float:

@@ -262,8 +262,10 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.posterior_.n_data = net.n_train_ = len(X)
         net.batch_cursor_ = None
         if net.divergence_state_ is not None:  # the potential's level changes with the data
-            net.divergence_state_["reference"] = None
-            net.divergence_state_["ref_n"] = 0
+            ref = net.divergence_state_
+            ref["reference"] = None
+            for key in ("ref_sum", "ref_sq", "ref_n"):
+                ref[key] = torch.zeros_like(ref[key]) if torch.is_tensor(ref[key]) else 0
         net.data_fingerprint_ = new_data
     if "batch_size" in changed:
         net.batch_cursor_ = None
