@@ -171,6 +171,8 @@ def test_lost_chains_stay_recorded_after_partial_fit(killed, iris):
     est = copy.deepcopy(est)
     fit_recording(est, *iris, method="partial_fit")
     assert est.fit_status_["lost_chains"] == [2, 3]
+    with pytest.raises(ValueError, match=r"changed n_chains=2 \(was 4\)"):  # the lost chains still count
+        est.set_params(n_chains=2).partial_fit(*iris)
 
 
 def test_a_memory_error_in_one_worker_costs_only_its_group_and_continues_exactly(out_of_memory, reference, iris):

@@ -96,8 +96,8 @@ def fit_groups(net, X, y, classes) -> None:
     else:
         from .run import _same
 
-        running = sum(int(shard.n_chains) for shard in net.shards_)
-        if int(net.n_chains) != running:  # the groups carry the chains: a new count cannot continue them
+        running = sum(int(shard.n_chains) for shard in net.shards_) + len(net.fit_status_.get("lost_chains", []))
+        if int(net.n_chains) != running:  # the groups carry the chains (and lost groups stay counted)
             raise ValueError(f"partial_fit cannot continue the chains with changed n_chains={net.n_chains!r} (was "
                              f"{running!r}): the chains were started with the old value(s); call fit() to start new "
                              "chains (with warm_start=False).")
