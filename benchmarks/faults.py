@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from skorch.callbacks import Callback  # noqa: E402
 from sklearn.datasets import load_breast_cancer  # noqa: E402
 from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 from sklearn.metrics import log_loss  # noqa: E402
@@ -56,6 +54,7 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor, DivergenceError  # noqa: E402
+from bayesnet.testing import PoisonChain, WorkerFault  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -128,42 +127,14 @@ def divergence(args):
 # ---------------------------------------------------------------------- #
 # process groups
 # ---------------------------------------------------------------------- #
-class Fault(Callback):
-    """A fault inside the worker fitting a group whose first chain is in ``first_chains``, at ``at_step``."""
-
-    def __init__(self, first_chains=(2,), at_step=400, how="kill", parent_pid=None):
-        self.first_chains = first_chains
-        self.at_step = at_step
-        self.how = how
-        self.parent_pid = os.getpid() if parent_pid is None else parent_pid
-
-    def on_batch_end(self, net, training=False, step=None, **kwargs):
-        group = getattr(net, "group_", None)
-        if not training or step != self.at_step or group is None:
-            return
-        if self.how == "nan":  # one chain's weights (global chain 3) become NaN
-            local, M = 3 - net.first_chain_, net.layout_.members_per_chain
-            if 0 <= local < net.layout_.chains:
-                with torch.no_grad():
-                    for p in net.sampler_state_.position:
-                        p[local * M:(local + 1) * M] = float("nan")
-            return
-        if group[1] not in self.first_chains:
-            return
-        if self.how == "kill" and os.getpid() != self.parent_pid:
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.how == "interrupt":
-            raise KeyboardInterrupt
-        raise MemoryError("injected")
-
-
+FAULT_STEP = 400  # of the 500 steps below
 GROUP_CASES = [
     ("healthy", None),
-    ("SIGKILL in chains 2-3's worker", Fault((2,), how="kill")),
-    ("MemoryError in chains 2-3's worker", Fault((2,), how="memory")),
-    ("Ctrl-C (KeyboardInterrupt) in chains 0-1's worker", Fault((0,), how="interrupt")),
-    ("chain 3's weights NaN", Fault(how="nan")),
-    ("SIGKILL in both workers", Fault((0, 2), how="kill")),
+    ("SIGKILL in chains 2-3's worker", WorkerFault((2,), FAULT_STEP, "kill")),
+    ("MemoryError in chains 2-3's worker", WorkerFault((2,), FAULT_STEP, "memory")),
+    ("Ctrl-C (KeyboardInterrupt) in chains 0-1's worker", WorkerFault((0,), FAULT_STEP, "interrupt")),
+    ("chain 3's weights NaN", PoisonChain(3, FAULT_STEP)),
+    ("SIGKILL in both workers", WorkerFault((0, 2), FAULT_STEP, "kill")),
 ]
 
 

@@ -2,7 +2,7 @@
 
 * process groups (``n_jobs``): a worker killed by the operating system, a ``MemoryError`` or a Ctrl-C inside one
   group, a chain that diverges inside a group, every group lost; the faults are injected by picklable skorch
-  callbacks that run inside the loky workers (``WorkerFault``, ``PoisonChain``);
+  callbacks that run inside the loky workers (``bayesnet.testing.WorkerFault`` and ``PoisonChain``);
 * divergence: the issue's own cases (sghmc at step 3e-3 on breast cancer, inputs x30 with sgnht, the default
   classifier on unscaled inputs), a chain that runs hot, a non-finite draw at prediction time;
 * partial fits: a real SIGINT mid-epoch, then ``partial_fit`` continuing exactly, for every registered sampler;
@@ -39,6 +39,7 @@ import sampler_settings
 from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor, DivergenceError
 from bayesnet.predictive import PosteriorPredictive, mixture_quantile
 from bayesnet.samplers import available_samplers, get_sampler_class
+from bayesnet.testing import PoisonChain, WorkerFault
 
 # four chains in two loky workers (chains 0-1 and 2-3), 40 sampler steps, 10 draws per chain
 GROUPS = dict(hidden_layer_sizes=(8,), n_chains=4, n_jobs=2, n_draws=10, burn_in=20, thinning=2, random_state=0)
@@ -64,54 +65,6 @@ def fit_recording(est, X, y, method="fit"):
         warnings.simplefilter("always")
         getattr(est, method)(X, y)
     return [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
-
-
-# ---------------------------------------------------------------------- #
-# faults injected inside the workers
-# ---------------------------------------------------------------------- #
-class WorkerFault(Callback):
-    """A fault inside the joblib worker that fits the group of chains starting at one of ``first_chains``, once
-    its sampler reaches ``at_step``: ``"kill"`` (SIGKILL, as the kernel's out-of-memory killer sends),
-    ``"memory"`` (a ``MemoryError``) or ``"interrupt"`` (``KeyboardInterrupt``, as Ctrl-C).
-
-    Only in a group's worker (``group_`` is set there); a kill only in a process other than the one that built
-    the callback, so that a test run with the threading backend cannot kill pytest.
-    """
-
-    def __init__(self, first_chains=(2,), at_step=30, how="kill", parent_pid=None):
-        self.first_chains = first_chains
-        self.at_step = at_step
-        self.how = how
-        self.parent_pid = os.getpid() if parent_pid is None else parent_pid
-
-    def on_batch_end(self, net, training=False, step=None, **kwargs):
-        group = getattr(net, "group_", None)
-        if not training or group is None or group[1] not in self.first_chains or step != self.at_step:
-            return
-        if self.how == "kill" and os.getpid() != self.parent_pid:
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.how == "interrupt":
-            raise KeyboardInterrupt
-        raise MemoryError(f"injected at step {step}")
-
-
-class PoisonChain(Callback):
-    """Sets the position of global chain ``chain`` to NaN after step ``at_step``, wherever that chain runs (in
-    this process or in a group's worker): the chain diverges at the next step, the others are untouched."""
-
-    def __init__(self, chain=3, at_step=30):
-        self.chain = chain
-        self.at_step = at_step
-
-    def on_batch_end(self, net, training=False, step=None, **kwargs):
-        layout = getattr(net, "layout_", None)
-        if not training or step != self.at_step or layout is None:
-            return
-        local, M = self.chain - net.first_chain_, layout.members_per_chain
-        if 0 <= local < layout.chains:
-            with torch.no_grad():
-                for p in net.sampler_state_.position:
-                    p[local * M:(local + 1) * M] = float("nan")
 
 
 @pytest.fixture(scope="module")
