@@ -139,6 +139,13 @@ class DivergenceMonitor(Callback):
             }
         return state
 
+    @staticmethod
+    def reset_reference(state) -> None:
+        """Forget the potential's reference (a continued fit on new data: the potential's level changes)."""
+        state["reference"] = None
+        for key in ("ref_sum", "ref_sq", "ref_n"):
+            state[key] = torch.zeros_like(state[key]) if torch.is_tensor(state[key]) else 0
+
     def on_batch_end(self, net, training=False, info=None, step=None, stored=None, nonfinite=None, **kwargs):
         if not training or info is None:
             return

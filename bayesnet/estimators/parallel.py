@@ -94,13 +94,11 @@ def fit_groups(net, X, y, classes) -> None:
             shard.group_ = (base, int(g[0]))  # the chains' global indices: their seeds and streams
             shards.append(shard)
     else:
-        from .run import _same
+        from .run import _same, refuse_changes
 
         running = sum(int(shard.n_chains) for shard in net.shards_) + len(net.fit_status_.get("lost_chains", []))
         if int(net.n_chains) != running:  # the groups carry the chains (and lost groups stay counted)
-            raise ValueError(f"partial_fit cannot continue the chains with changed n_chains={net.n_chains!r} (was "
-                             f"{running!r}): the chains were started with the old value(s); call fit() to start new "
-                             "chains (with warm_start=False).")
+            refuse_changes({"n_chains": (net.n_chains, running)})
         shards = []
         for shard in net.shards_:  # only what changed: skorch re-initialises the module on some settings
             mine = shard.get_params(deep=False)

@@ -34,6 +34,7 @@ from ..predictive import PosteriorPredictive
 from ..priors import make_prior
 from ..samplers import ChainRandom, make_sampler, sampler_class
 from ..trace import StepStats, Trace
+from .callbacks import DivergenceMonitor
 
 __all__ = ["PlannedBatches", "start_chains", "continue_chains", "finish_call", "seed_base", "deferred_interrupt"]
 
@@ -205,6 +206,13 @@ def _same(a, b) -> bool:
         return repr(a) == repr(b)
 
 
+def refuse_changes(changes: dict) -> None:
+    """Raise the ValueError that refuses to continue chains under changed settings, ``{name: (new, old)}``."""
+    detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in changes.items())
+    raise ValueError(f"partial_fit cannot continue the chains with changed {detail}: the chains were started "
+                     f"with the old value(s); call fit() to start new chains (with warm_start=False).")
+
+
 def _carry_settings(previous, sampler, state) -> None:
     """A continued chain runs the new sampler's settings: the per-coordinate scales derived from the old ones
     (noise and momentum scales hold the temperature, friction, noise level) are dropped, and an explicit
@@ -236,9 +244,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         changed.discard("sampler")
     refused = sorted(changed - _HONOURED)
     if refused:
-        detail = ", ".join(f"{k}={now[k]!r} (was {old[k]!r})" for k in refused)
-        raise ValueError(f"partial_fit cannot continue the chains with changed {detail}: the chains were started "
-                         f"with the old value(s); call fit() to start new chains (with warm_start=False).")
+        refuse_changes({k: (now[k], old[k]) for k in refused})
     sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
     if sampler.members_per_chain() != net.layout_.members_per_chain:
         raise ValueError(f"partial_fit cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
@@ -262,10 +268,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.posterior_.n_data = net.n_train_ = len(X)
         net.batch_cursor_ = None
         if net.divergence_state_ is not None:  # the potential's level changes with the data
-            ref = net.divergence_state_
-            ref["reference"] = None
-            for key in ("ref_sum", "ref_sq", "ref_n"):
-                ref[key] = torch.zeros_like(ref[key]) if torch.is_tensor(ref[key]) else 0
+            DivergenceMonitor.reset_reference(net.divergence_state_)
         net.data_fingerprint_ = new_data
     if "batch_size" in changed:
         net.batch_cursor_ = None
@@ -465,10 +468,13 @@ def convergence(net) -> dict:
     return out
 
 
-def _quota_mask(net) -> np.ndarray:
-    """The trace slots that are to keep ``n_draws`` (:meth:`~bayesnet.samplers.Sampler.quota_members`)."""
+def _kept_per_quota_slot(net) -> np.ndarray:
+    """Draws stored per active trace slot among those that are to keep ``n_draws``
+    (:meth:`~bayesnet.samplers.Sampler.quota_members`)."""
+    trace = net.trace_
     mask = np.asarray(net.sampler_.quota_members(net.layout_), dtype=bool)
-    return mask if mask.shape == net.trace_.active.shape else np.ones_like(net.trace_.active)
+    mask = mask if mask.shape == trace.active.shape else np.ones_like(trace.active)
+    return trace.stored_per_slot[trace.active & mask]
 
 
 def finish_call(net, interrupted: bool) -> None:
@@ -489,7 +495,7 @@ def finish_call(net, interrupted: bool) -> None:
         status["status"] = "interrupted" if interrupted and not quota_done else "complete"
         if status["status"] == "interrupted":
             status["stopped_by"] = "interrupt"
-        kept = trace.stored_per_slot[trace.active & _quota_mask(net)]
+        kept = _kept_per_quota_slot(net)
         if status["status"] == "complete" and (kept.size == 0 or kept.min() < net.n_draws):
             status["status"] = "short"
     if getattr(net, "group_", None) is None:
@@ -586,7 +592,7 @@ def warn_status(net) -> None:
                         f"{net.burn_in}).")
     messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
-        kept = trace.stored_per_slot[trace.active & _quota_mask(net)]
+        kept = _kept_per_quota_slot(net)
         least = int(kept.min()) if kept.size else 0
         hint = net.sampler_.shortfall_hint(state) if state is not None else ""
         reason = (f" {net.sampler_.name}: {hint}" if hint else
