@@ -310,23 +310,41 @@ THREAD_WORK = 1e8
 
 def step_flops(net, X, batch_size: int) -> float:
     """Floating-point operations of one sampler step, estimated as three forwards (a forward and its backward)
-    of one row, counted by :class:`torch.utils.flop_counter.FlopCounterMode`, times the batch and the members."""
-    from torch.utils.flop_counter import FlopCounterMode
+    of one row, times the batch and the members.
 
-    from ..networks import RNN
+    The forward's operations are those of its products, counted as :class:`torch.utils.flop_counter.FlopCounterMode`
+    counts them (``2 * in * out`` per row of a linear layer, ``2 * outputs * in / groups * kernel`` for a
+    convolution), by forward hooks on the linear and convolutional layers: the counter itself would import
+    TorchDynamo, about a second on the first fit of a process, more than a default fit's sampling. A module with
+    parameters of any other kind (a recurrent cell, a custom layer) makes the count unknown (``inf``: the caller's
+    threads are kept)."""
+    counted = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    flops = [0.0]
 
-    if any(isinstance(m, (RNN, torch.nn.RNNBase)) for m in net.module_.modules()):
-        return math.inf  # the counter has no formula for the fused recurrent kernels (it counts an LSTM as 0)
-    row = torch.as_tensor(np.asarray(X[:1]), dtype=torch.float32)
-    counter = FlopCounterMode(display=False)
+    def linear(module, inputs, output):
+        flops[0] += 2.0 * output.numel() * module.in_features
+
+    def conv(module, inputs, output):
+        flops[0] += 2.0 * output.numel() * (module.in_channels // module.groups) * math.prod(module.kernel_size)
+
+    hooks = []
     try:
-        with torch.no_grad(), counter:
+        for module in net.module_.modules():
+            if isinstance(module, counted):
+                hooks.append(module.register_forward_hook(linear if isinstance(module, torch.nn.Linear) else conv))
+            elif any(True for _ in module.parameters(recurse=False)):
+                return math.inf
+        row = torch.as_tensor(np.asarray(X[:1]), dtype=torch.float32)
+        with torch.no_grad():
             net.module_(row)
-    except Exception:  # a module the counter cannot trace: keep the caller's threads
+    except Exception:  # a module that cannot run one row here: keep the caller's threads
         return math.inf
+    finally:
+        for hook in hooks:
+            hook.remove()
     posterior = getattr(net, "posterior_", None)
     members = posterior.n_members if posterior is not None else 1
-    return 3.0 * counter.get_total_flops() * batch_size * members
+    return 3.0 * flops[0] * batch_size * members
 
 
 _THREADS_LOCK = threading.Lock()
