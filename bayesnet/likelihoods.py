@@ -39,7 +39,7 @@ class CategoricalLikelihood(nn.Module):
     def pointwise_log_likelihood(self, logits: Tensor, y: Tensor, parameters=()) -> Tensor:
         """Each row's log-likelihood under each of ``S`` members: ``logits`` (S, n, K), ``y`` (n,) -> (S, n)."""
         S, n, K = logits.shape  # one expression for every S: a member's value does not depend on S
-        return -F.cross_entropy(logits.reshape(S * n, K), y.repeat(S), reduction="none").view(S, n)
+        return -F.cross_entropy(logits.reshape(S * n, K), y.expand(S, n).reshape(-1), reduction="none").view(S, n)
 
     def log_prior_chains(self, parameters=()) -> Tensor | float:
         """0 for every member."""

@@ -381,14 +381,26 @@ class StepStats:
         self.n_summarised = 0
 
     def _stack(self, values: Mapping) -> Tensor:
-        rows = []
+        rows, shape = [], (self.n_members,)
         for name in self.names:
             v = values.get(name, float("nan"))
-            if isinstance(v, Tensor):
-                rows.append(v.detach().reshape(-1).to(self.device, torch.float32).expand(self.n_members))
+            if isinstance(v, Tensor):  # the usual (S,) float32 statistic on the device goes in as it is: no
+                # launches for conversions that would not change it (a step is mostly launch overhead)
+                v = v.detach() if v.requires_grad else v
+                if v.dtype != torch.float32 or v.device != self.device:
+                    v = v.to(self.device, torch.float32)
+                rows.append(v if v.shape == shape else v.reshape(-1).expand(self.n_members))
             else:
-                rows.append(torch.full((self.n_members,), float(v), device=self.device))
+                rows.append(self._constant(float(v)))
         return torch.stack(rows)
+
+    def _constant(self, value: float) -> Tensor:
+        """A row of ``value`` for a statistic given as a number (made once per value: no launch per step)."""
+        cache = self.__dict__.setdefault("_constants", {})
+        key = repr(value)  # nan == nan is False: key by its text
+        if key not in cache:
+            cache[key] = torch.full((self.n_members,), value, device=self.device)
+        return cache[key]
 
     def record(self, step: int, values: Mapping) -> None:
         """Store step ``step``'s statistics (tensors of shape () or (S,), or floats)."""
@@ -444,6 +456,7 @@ class StepStats:
 
     def __getstate__(self):
         state = self.__dict__.copy()
+        state.pop("_constants", None)  # on the device: made again where the copy lands
         for key in ("_ring", "_sum", "_max", "_last"):
             state[key] = state[key].cpu()
         state["device"] = str(self.device)

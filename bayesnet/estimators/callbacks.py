@@ -160,26 +160,26 @@ class DivergenceMonitor(Callback):
         if sampler_state.warmup is not None or (report is not None and step <= report["n_steps"]):
             return  # the sampler's warm-up guards itself: it puts back and slows a member that goes bad
         bad = state["bad"]
-        bad[0] |= ~torch.isfinite(u)
         target = net.sampler_.target_temperature()
         t_kin = info.kinetic_temperature
+        finite = torch.isfinite(u)
         if t_kin is not None:
             t_kin = t_kin.detach().reshape(-1).double()
-            bad[0] |= ~torch.isfinite(t_kin)
+            finite = finite & torch.isfinite(t_kin)
+        watch_heat = t_kin is not None and bool(target)
         if step <= burn_in:
-            if t_kin is not None and target:
+            bad[0] |= ~finite
+            if watch_heat:
                 hot = t_kin > self.warmup_temperature_limit * target
                 state["hot_run"] = torch.where(hot, state["hot_run"] + 1, torch.zeros_like(state["hot_run"]))
                 bad[2] |= state["hot_run"] >= self.warmup_patience
-        else:
+        else:  # every step after the burn-in: the three flags in one update (a step is mostly launch overhead)
             ref = state["reference"]
             if ref is None:
                 ref = state["reference"] = self._reference(net, state)
-            high = u > ref[0]
-            state["high_run"] = torch.where(high, state["high_run"] + 1, torch.zeros_like(state["high_run"]))
-            bad[1] |= state["high_run"] >= self.potential_patience
-            if t_kin is not None and target:
-                bad[2] |= t_kin > self.temperature_tolerance * target
+            state["high_run"] = (state["high_run"] + 1) * (u > ref[0])  # a run of high values, 0 when not
+            hot = t_kin > self.temperature_tolerance * target if watch_heat else torch.zeros_like(finite)
+            bad |= torch.stack([~finite, state["high_run"] >= self.potential_patience, hot])
         if nonfinite is not None and len(nonfinite):
             bad[0][torch.as_tensor(nonfinite, device=bad.device)] = True
         if stored or step % self.check_every == 0 or step == net.steps_planned_total_:

@@ -210,10 +210,12 @@ class WarmUp:
             if step == self.recorded_step:
                 return
             self.recorded_step = step
-        with torch.no_grad():
-            g = [torch.nan_to_num(x.detach().float(), nan=0.0, posinf=0.0, neginf=0.0) for x in grads]
-            t = [torch.nan_to_num(x.detach().float(), nan=0.0, posinf=0.0, neginf=0.0) for x in position]
-            parts = g + [x * x for x in g] + t + [x * x for x in t]
+        with torch.no_grad():  # (no graph here: no detach; the squares as one foreach launch per list)
+            g = [torch.nan_to_num(x if x.dtype == torch.float32 else x.float(), nan=0.0, posinf=0.0, neginf=0.0)
+                 for x in grads]
+            t = [torch.nan_to_num(x if x.dtype == torch.float32 else x.float(), nan=0.0, posinf=0.0, neginf=0.0)
+                 for x in position]
+            parts = [*g, *torch._foreach_mul(g, g), *t, *torch._foreach_mul(t, t)]
             if self.moments is None:
                 self.moments = [x.clone() for x in parts]
             else:
@@ -365,21 +367,22 @@ def guard(sampler, state, info, potential, batch) -> None:
     u = info.potential.detach().reshape(-1).double()
     bad = ~torch.isfinite(u)
     target = sampler.target_temperature()
+    heat = None  # this step's kinetic temperature, non-finite values replaced (each conversion made once)
     if info.kinetic_temperature is not None and target:
         t = info.kinetic_temperature.detach().reshape(-1).double()
         bad = bad | ~torch.isfinite(t)
-        warm.heat = torch.nan_to_num(t, nan=0.0, posinf=1e300) if warm.heat is None else \
-            warm.heat + torch.nan_to_num(t, nan=0.0, posinf=1e300)
+        heat = torch.nan_to_num(t, nan=0.0, posinf=1e300)
+        warm.heat = heat if warm.heat is None else warm.heat + heat
         warm.heat_count += 1
     warm.bad = bad if warm.bad is None else warm.bad | bad
-    u = torch.nan_to_num(info.potential.detach().reshape(-1).double(), nan=0.0, posinf=1e300, neginf=-1e300)
+    u = torch.nan_to_num(u, nan=0.0, posinf=1e300, neginf=-1e300)
     half = int(_in_second_half(warm, state.step))
     if warm.window_potential is None:
         warm.window_potential, warm.window_potential_count = [torch.zeros_like(u), torch.zeros_like(u)], [0, 0]
     warm.window_potential[half] = warm.window_potential[half] + u
     warm.window_potential_count[half] += 1
-    if info.kinetic_temperature is not None and target and half:
-        t = torch.nan_to_num(info.kinetic_temperature.detach().reshape(-1).double(), nan=0.0, posinf=1e300) / target
+    if heat is not None and half:
+        t = heat / target
         warm.window_heat = t if warm.window_heat is None else warm.window_heat + t
         warm.window_heat_count += 1
     if state.step % warm.guard_every != 0 and state.step not in warm.ends:  # (checked before a window's update)
