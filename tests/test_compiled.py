@@ -3,18 +3,20 @@ an eager fallback with one warning, and the decision of ``compile="auto"``."""
 
 from __future__ import annotations
 
+import copy
 import pickle
 import warnings
 
 import numpy as np
 import pytest
+import torch
 from sklearn.datasets import load_breast_cancer
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
 import bayesnet.samplers.compiled as compiled_module
 from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor
-from bayesnet.samplers.compiled import COMPILE_MIN_STEPS
+from bayesnet.samplers.compiled import COMPILE_MIN_STEPS, CompiledTransition
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,55 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
     assert np.abs(a - b)[:, :5].max() <= 1e-5 * np.abs(a).max()
     assert np.abs(a - b).max() <= 1e-3 * np.abs(a).max()
     np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-3)
+
+
+#: every sampler that declares a pure transition, with each of its step compositions
+PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme": "BAOAB"}),
+        ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"})]
+
+
+@pytest.mark.parametrize("sampler,extra", PURE, ids=[f"{s}-{e.get('sampler__scheme', '')}" for s, e in PURE])
+def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
+    """Step for step, without compiling: from the same warmed-up state, 25 steps of the pure transition (run
+    eagerly, as the fallback runs it) and of the sampler's own step agree to float rounding, the hierarchical
+    prior's Gibbs steps included (steps 110 and 120). Along a whole run the two drift apart once rounding
+    differences flip a ReLU unit on a row (BAOAB's weak friction lets them grow), so this compares steps, not
+    runs. Power: any misplaced sub-step (an O applied twice, a B with the new gradient) differs at once."""
+    X, y = cancer
+    est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=2, thinning=1,
+                                     n_chains=2, batch_size=64, random_state=0, compile=False, **extra), X, y)
+    assert type(est.sampler_).compiles
+    batch = (torch.as_tensor(X[:64], dtype=torch.float32), torch.as_tensor(y[:64]))
+    runs = []
+    for _ in range(2):
+        state, posterior = copy.deepcopy(est.sampler_state_), copy.deepcopy(est.posterior_)
+        state.position = posterior.parameters  # the state moves the posterior's leaves
+        runs.append((state, posterior))
+    (eager_state, eager_post), (pure_state, pure_post) = runs
+    pure = CompiledTransition(est.sampler_, pure_post, pure_state.layout, compile=False)
+    for _ in range(25):
+        est.sampler_.step(eager_state, eager_post, batch)
+        _, info = pure(pure_state, pure_post, batch)
+        for a, b in zip(eager_state.position, pure_state.position):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * float(a.abs().max()))
+    assert pure_state.step == eager_state.step and torch.isfinite(info.potential).all()
+    if hasattr(eager_state, "flat_momentum"):  # (sgld has none)
+        torch.testing.assert_close(pure_state.flat_momentum, eager_state.flat_momentum, rtol=1e-4, atol=1e-5)
+
+
+def test_the_compiled_baoab_transition_gives_the_eager_draws(cancer):
+    """BAOAB compiled: the first draws of the eager chains, within float32 rounding (the step-for-step check
+    above covers its other schemes; along a run its weakly damped chains part once a ReLU unit flips)."""
+    X, y = cancer
+    params = dict(hidden_layer_sizes=(8,), sampler="baoab", burn_in=100, n_draws=5, n_chains=2, batch_size=64,
+                  random_state=0)
+    eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
+    fast = _fit(BayesianMLPClassifier(compile=True, **params), X, y)
+    if fast.compiled_step_.fallback is not None:
+        pytest.skip(f"torch.compile is not available here: {fast.compiled_step_.fallback}")
+    assert fast.fit_status_["compiled"] == "compiled"
+    a, b = eager.trace_.as_array(), fast.trace_.as_array()
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
 
 
 def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeypatch):

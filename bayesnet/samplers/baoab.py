@@ -16,7 +16,8 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import baoab_step, chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
-from .warmup import HEAT, WARMUP_DOC, Preconditioner, member_view, regrad, views
+from .compiled import potential_gradients
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, member_view, regrad, views
 
 __all__ = ["BAOAB", "BAOABState"]
 
@@ -161,8 +162,9 @@ class BAOAB(Sampler):
         h = pre.step_size
         decay = torch.exp(-self.friction * h)
         part = {"BAOAB": (0.5, 0.5, 1.0), "GLA2": (0.5, 1.0, 1.0), "GLA1": (1.0, 1.0, 1.0)}[self.scheme]
-        return {"kick": views(pre.per_coordinate(part[0] * h, 1.0, flat), state.position),
-                "drift": views(pre.per_coordinate(part[1] * h, 0.0, flat), state.position),
+        kick, drift = pre.per_coordinate(part[0] * h, 1.0, flat), pre.per_coordinate(part[1] * h, 0.0, flat)
+        return {"kick": views(kick, state.position), "drift": views(drift, state.position),
+                "kick_flat": kick, "drift_flat": drift,  # the same buffers, for the pure transition
                 "decay": decay,
                 "noise": pre.per_coordinate(torch.sqrt((1.0 - decay * decay) * self.temperature), 0.5, flat),
                 "weight": pre.per_coordinate(0.5, -1.0, flat)}
@@ -193,6 +195,58 @@ class BAOAB(Sampler):
             kinetic = (flat * flat * sc["weight"]).sum(-1)
         return state, StepInfo(potential=value.detach(), kinetic_energy=kinetic,
                                kinetic_temperature=2.0 * kinetic / chain_numel(p, layout))
+
+    # the same step as a pure function, for bayesnet.samplers.compiled
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """:meth:`_step` as a pure function for its scheme: ``(positions, momenta, gradient, noise, kick, drift,
+        decay, noise_scale, weight, X, y, factors, offset) -> (positions, momenta, gradient, potentials, kinetic
+        energies)``, ``gradient`` the cached one at the start (the previous step's last) and at the end, in
+        :meth:`_step`'s order of operations (one gradient per step)."""
+        scheme = self.scheme
+        grad_and_value = potential_gradients(potentials)
+
+        def drift_by(position, flat, drift):
+            return [p + d * m for p, d, m in zip(position, views(drift, position), views(flat, position))]
+
+        def transition(position, flat, grad, z, kick, drift, decay, noise, weight, X, y, factors, offset):
+            flat = flat - flatten(grad, layout) * kick  # B
+            position = drift_by(position, flat, drift)  # A
+            if scheme == "BAOAB":
+                flat = flat * decay + z * noise  # O
+                position = drift_by(position, flat, drift)  # A
+            grad, (_, u) = grad_and_value(position, X, y, factors, offset)
+            if scheme != "GLA1":
+                flat = flat - flatten(grad, layout) * kick  # B
+            if scheme != "BAOAB":  # (GLA1's O comes before its gradient: that gradient does not read the momenta)
+                flat = flat * decay + z * noise  # O
+            return position, flat, grad, u, (flat * flat * weight).sum(-1)
+
+        return transition
+
+    def transition_inputs(self, state: BAOABState, potential: Potential, batch: Any) -> tuple:
+        sc = state.derived("scales", lambda: self._scales(state))
+        flat = state.flat_momentum
+        if state.grad is None:  # first step: the gradient at the starting point, eagerly
+            _, state.grad = potential.value_and_grad(batch)
+        decay = sc["decay"]
+        decay = decay.reshape(decay.shape + (1,) * (flat.ndim - decay.ndim))
+        z = normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat)
+        factors, offset = potential.prior_form()
+        X, y = batch
+        return ([p.detach() for p in state.position], flat, [g.detach() for g in state.grad], z, sc["kick_flat"],
+                sc["drift_flat"], decay, sc["noise"], sc["weight"], X, y, factors, offset)
+
+    def finish_transition(self, state: BAOABState, outputs) -> StepInfo:
+        moved, flat, grad, value, kinetic = outputs
+        with torch.no_grad():
+            torch._foreach_copy_([p for p in state.position], moved)
+            state.flat_momentum.copy_(flat)
+        state.grad = list(grad)
+        state.step += 1
+        return StepInfo(potential=value.detach(), kinetic_energy=kinetic,
+                        kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout))
 
     @staticmethod
     @torch.no_grad()

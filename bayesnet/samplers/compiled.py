@@ -18,8 +18,9 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
 
 Samplers that cannot be written so declare nothing and always run eagerly: ``hmc`` and ``pt-langevin`` (a
 Metropolis test whose branch depends on the data, a random trajectory length), ``tacthmc`` (its bias table is
-indexed by a data-dependent bin), ``baoab`` and ``eqn`` (not yet written as pure functions). ``sgld``,
-``sghmc`` and ``sgnht`` compile.
+indexed by a data-dependent bin) and ``eqn`` (not yet written as a pure function: its walkers' covariance
+preconditioner is refreshed every ``covariance_interval`` steps, which would be an eager step between compiled
+ones). ``sgld``, ``sghmc``, ``sgnht`` and ``baoab`` (each of its schemes) compile.
 """
 
 from __future__ import annotations
