@@ -91,6 +91,20 @@ def _factor_vector(prior, factors: list[float], like: Tensor) -> Tensor:
     return cache[key]
 
 
+def _key(tau: Tensor, parameters: Sequence[Tensor]) -> tuple:
+    """What a cache derived from the precisions ``tau`` depends on: the tensor, its in-place version and the
+    parameters' dtype (a new Gibbs draw is a new tensor; an in-place change bumps the version)."""
+    return tau, tau._version, parameters[0].dtype
+
+
+def _stale(hit, tau: Tensor, parameters: Sequence[Tensor]) -> bool:
+    """Whether a cache entry ``(key, ...)`` no longer matches ``tau`` (see :func:`_key`)."""
+    if hit is None:
+        return True
+    key = hit[0]
+    return key[0] is not tau or key[1] != tau._version or key[2] != parameters[0].dtype
+
+
 def _fan_in(shape: Sequence[int]) -> int | None:
     """Inputs per output unit of a weight tensor of one member's ``shape`` (``(out, in, *kernel)``): the
     product of all but the first dimension; None for a bias (one dimension)."""
@@ -252,20 +266,20 @@ class HierarchicalPrior(FanInPrior):
         (cached until the precisions change: no launches per step)."""
         tau = self._tau(parameters)
         hit = self.__dict__.get("_factor_cache")
-        if hit is None or hit[0] is not tau:
+        if _stale(hit, tau, parameters):
             c = self.variances([p.shape[1:] for p in parameters])
             factors = [(tau[:, k] / ck).to(p.dtype).reshape((-1,) + (1,) * (p.ndim - 1))
                        for k, (p, ck) in enumerate(zip(parameters, c))]
-            hit = self._factor_cache = (tau, factors, [-f for f in factors])
+            hit = self._factor_cache = (_key(tau, parameters), factors, [-f for f in factors])
         return hit[2] if negated else hit[1]
 
     def _factor_matrix(self, parameters: Sequence[Tensor]) -> Tensor:
         """``tau / c``, shape ``(S, K)``, in the parameters' dtype (cached until the precisions change)."""
         tau = self._tau(parameters)
         hit = self.__dict__.get("_matrix_cache")
-        if hit is None or hit[0] is not tau:
+        if _stale(hit, tau, parameters):
             c = tau.new_tensor(self.variances([p.shape[1:] for p in parameters]))
-            hit = self._matrix_cache = (tau, (tau / c).to(parameters[0].dtype))
+            hit = self._matrix_cache = (_key(tau, parameters), (tau / c).to(parameters[0].dtype))
         return hit[1]
 
     def _energy(self, parameters: Sequence[Tensor], tau: Tensor) -> Tensor:
@@ -289,10 +303,10 @@ class HierarchicalPrior(FanInPrior):
         precisions change)."""
         tau = self._tau(parameters)
         hit = self.__dict__.get("_rest_cache")
-        if hit is None or hit[0] is not tau:
+        if _stale(hit, tau, parameters):
             n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
             rest = ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
-            hit = self._rest_cache = (tau, rest.to(parameters[0].dtype))
+            hit = self._rest_cache = (_key(tau, parameters), rest.to(parameters[0].dtype))
         return hit[1]
 
     def grad_log_prob_chains(self, parameters: Sequence[Tensor]) -> list[Tensor]:

@@ -1,6 +1,7 @@
 """Behaviour of the MLP estimators: predictions with uncertainty, sklearn plumbing, bad input."""
 
 import io
+import math
 import pickle
 import warnings
 
@@ -443,6 +444,43 @@ def test_continuing_with_a_tempering_sampler_refuses_the_hierarchical_prior(canc
     clf.set_params(sampler__temperature=2.0)
     with pytest.raises(ValueError, match="temperature 1 throughout"):
         clf.partial_fit(Xtr, ytr)
+
+
+def test_the_step_count_is_the_flop_counters_and_imports_no_compiler():
+    """step_flops counts with forward hooks what torch's FlopCounterMode counts (on an MLP and a CNN), without
+    importing TorchDynamo (the counter's import cost the first fit of every process 1.0 s); a transposed
+    convolution, which the hooks would miscount, is unknown (inf: the caller's threads)."""
+    import subprocess
+    import sys
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bayesnet import BayesianCNNClassifier
+    from bayesnet.estimators.run import step_flops
+
+    rng = np.random.default_rng(0)
+    X2, y2 = rng.normal(size=(30, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, 30)
+    nets = [(BayesianMLPClassifier(hidden_layer_sizes=(7, 5), burn_in=4, n_draws=1, thinning=1),
+             rng.normal(size=(30, 6)).astype(np.float32), y2),
+            (BayesianCNNClassifier(input_shape=(1, 8, 8), burn_in=4, n_draws=1, thinning=1), X2, y2)]
+    for est, X, y in nets:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            est.fit(X, y)
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            est.module_(torch.as_tensor(X[:1]))
+        assert counter.get_total_flops() > 0
+        assert step_flops(est, X, 10) == 3 * 10 * counter.get_total_flops()
+    est.module_.add_module("up", torch.nn.ConvTranspose2d(1, 1, 2))
+    assert step_flops(est, X2, 10) == math.inf
+    code = ("import sys, warnings, numpy as np; warnings.simplefilter('ignore'); "
+            "from bayesnet import BayesianMLPClassifier; r = np.random.default_rng(0); "
+            "BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=10, n_draws=2, thinning=1)"
+            ".fit(r.normal(size=(40, 3)), r.integers(0, 2, 40)); print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_recurrent_fits_keep_the_callers_threads():

@@ -179,7 +179,8 @@ class DivergenceMonitor(Callback):
                 ref = state["reference"] = self._reference(net, state)
             state["high_run"] = (state["high_run"] + 1) * (u > ref[0])  # a run of high values, 0 when not
             hot = t_kin > self.temperature_tolerance * target if watch_heat else torch.zeros_like(finite)
-            bad |= torch.stack([~finite, state["high_run"] >= self.potential_patience, hot])
+            bad |= torch.stack([~finite, (state["high_run"] >= self.potential_patience).expand_as(finite),
+                                hot.expand_as(finite)])
         if nonfinite is not None and len(nonfinite):
             bad[0][torch.as_tensor(nonfinite, device=bad.device)] = True
         if stored or step % self.check_every == 0 or step == net.steps_planned_total_:

@@ -316,9 +316,10 @@ def step_flops(net, X, batch_size: int) -> float:
     counts them (``2 * in * out`` per row of a linear layer, ``2 * outputs * in / groups * kernel`` for a
     convolution), by forward hooks on the linear and convolutional layers: the counter itself would import
     TorchDynamo, about a second on the first fit of a process, more than a default fit's sampling. A module with
-    parameters of any other kind (a recurrent cell, a custom layer) makes the count unknown (``inf``: the caller's
-    threads are kept)."""
-    counted = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    parameters of any other kind (a recurrent cell, a normalisation, a transposed convolution, a custom layer)
+    makes the count unknown (``inf``: the caller's threads are kept). Products between activations (attention
+    written with ``bmm``) are not counted."""
+    counted = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
     flops = [0.0]
 
     def linear(module, inputs, output):

@@ -243,7 +243,10 @@ class BAOAB(Sampler):
         with torch.no_grad():
             torch._foreach_copy_([p for p in state.position], moved)
             state.flat_momentum.copy_(flat)
-        state.grad = list(grad)
+            if state.grad is None:
+                state.grad = [g.clone() for g in grad]
+            else:  # into the state's own buffers: a compiled function's outputs may be reused by its next call
+                torch._foreach_copy_(state.grad, list(grad))  # (CUDA graphs)
         state.step += 1
         return StepInfo(potential=value.detach(), kinetic_energy=kinetic,
                         kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout))
