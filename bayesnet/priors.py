@@ -65,14 +65,19 @@ class GaussianPrior:
         return f"GaussianPrior(scale={self.scale!r})"
 
 
-def _constant_form(prior, factors: list[float], like: Tensor) -> tuple[list[Tensor], Tensor]:
-    """``(factors, 0)`` as tensors on ``like``'s device and dtype, made once (a copy to a GPU each step would
-    synchronise it)."""
-    key = (tuple(factors), like.device, like.dtype)
+def _made_once(prior, key, make):
+    """``make()``, made once per ``key`` and kept on the prior (tensors of constants on the parameters' device: a
+    copy to a GPU each step would synchronise it)."""
     cache = prior.__dict__.setdefault("_forms", {})
     if key not in cache:
-        cache[key] = ([like.new_tensor(f) for f in factors], like.new_zeros(()))
+        cache[key] = make()
     return cache[key]
+
+
+def _constant_form(prior, factors: list[float], like: Tensor) -> tuple[list[Tensor], Tensor]:
+    """``(factors, 0)`` as tensors on ``like``'s device and dtype, made once."""
+    return _made_once(prior, ("form", tuple(factors), like.device, like.dtype),
+                      lambda: ([like.new_tensor(f) for f in factors], like.new_zeros(())))
 
 
 def squared_norms(parameters: Sequence[Tensor]) -> Tensor:
@@ -83,26 +88,8 @@ def squared_norms(parameters: Sequence[Tensor]) -> Tensor:
 
 
 def _factor_vector(prior, factors: list[float], like: Tensor) -> Tensor:
-    """``factors`` as one ``(K,)`` tensor on ``like``'s device and dtype, made once (see :func:`_constant_form`)."""
-    key = ("vector", tuple(factors), like.device, like.dtype)
-    cache = prior.__dict__.setdefault("_forms", {})
-    if key not in cache:
-        cache[key] = like.new_tensor(factors)
-    return cache[key]
-
-
-def _key(tau: Tensor, parameters: Sequence[Tensor]) -> tuple:
-    """What a cache derived from the precisions ``tau`` depends on: the tensor, its in-place version and the
-    parameters' dtype (a new Gibbs draw is a new tensor; an in-place change bumps the version)."""
-    return tau, tau._version, parameters[0].dtype
-
-
-def _stale(hit, tau: Tensor, parameters: Sequence[Tensor]) -> bool:
-    """Whether a cache entry ``(key, ...)`` no longer matches ``tau`` (see :func:`_key`)."""
-    if hit is None:
-        return True
-    key = hit[0]
-    return key[0] is not tau or key[1] != tau._version or key[2] != parameters[0].dtype
+    """``factors`` as one ``(K,)`` tensor on ``like``'s device and dtype, made once."""
+    return _made_once(prior, ("vector", tuple(factors), like.device, like.dtype), lambda: like.new_tensor(factors))
 
 
 def _fan_in(shape: Sequence[int]) -> int | None:
@@ -261,34 +248,32 @@ class HierarchicalPrior(FanInPrior):
             self.precision = torch.ones(S, K, dtype=torch.float64, device=parameters[0].device)
         return self.precision
 
-    def _factors(self, parameters: Sequence[Tensor], negated: bool = False) -> list[Tensor]:
-        """``tau_k / c_k`` per member (or its negative), shaped to broadcast against each tensor, in its dtype
-        (cached until the precisions change: no launches per step)."""
-        tau = self._tau(parameters)
-        hit = self.__dict__.get("_factor_cache")
-        if _stale(hit, tau, parameters):
-            c = self.variances([p.shape[1:] for p in parameters])
-            factors = [(tau[:, k] / ck).to(p.dtype).reshape((-1,) + (1,) * (p.ndim - 1))
-                       for k, (p, ck) in enumerate(zip(parameters, c))]
-            hit = self._factor_cache = (_key(tau, parameters), factors, [-f for f in factors])
-        return hit[2] if negated else hit[1]
+    def _tau_forms(self, parameters: Sequence[Tensor]) -> dict:
+        """What the step reads of the precisions, in the parameters' dtype, made once per precision (no launches
+        per step): ``"matrix"`` ``tau / c``, shape ``(S, K)``; ``"factors"`` its columns shaped to broadcast
+        against each tensor, and ``"negated"`` their negatives; ``"rest"`` the ``tau`` terms, ``(S,)``. Made
+        anew after a Gibbs draw (a new tensor), an in-place change of ``precision`` or a change of dtype."""
+        tau, dtype = self._tau(parameters), parameters[0].dtype
+        hit = self.__dict__.get("_tau_cache")
+        if hit is None or hit[0] is not tau or hit[1] != tau._version or hit[2] != dtype:
+            matrix = (tau / tau.new_tensor(self.variances([p.shape[1:] for p in parameters]))).to(dtype)
+            factors = [matrix[:, k].contiguous().reshape((-1,) + (1,) * (p.ndim - 1))
+                       for k, p in enumerate(parameters)]
+            forms = {"matrix": matrix, "factors": factors, "negated": [-f for f in factors],
+                     "rest": self._tau_terms(tau, parameters).to(dtype)}
+            hit = self._tau_cache = (tau, tau._version, dtype, forms)
+        return hit[3]
 
-    def _factor_matrix(self, parameters: Sequence[Tensor]) -> Tensor:
-        """``tau / c``, shape ``(S, K)``, in the parameters' dtype (cached until the precisions change)."""
-        tau = self._tau(parameters)
-        hit = self.__dict__.get("_matrix_cache")
-        if _stale(hit, tau, parameters):
-            c = tau.new_tensor(self.variances([p.shape[1:] for p in parameters]))
-            hit = self._matrix_cache = (_key(tau, parameters), (tau / c).to(parameters[0].dtype))
-        return hit[1]
+    def _tau_terms(self, tau: Tensor, parameters: Sequence[Tensor]) -> Tensor:
+        """:math:`\sum_k (a - 1 + n_k/2)\log\tau_k - b\tau_k` per member, ``(S,)``, float64."""
+        n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
+        return ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
 
     def _energy(self, parameters: Sequence[Tensor], tau: Tensor) -> Tensor:
         """``-log p(theta | tau) - log p(tau)`` per member, (S,), float64 for the tau terms."""
         c = self.variances([p.shape[1:] for p in parameters])
         sq = squared_norms(parameters).double() / tau.new_tensor(c)
-        n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
-        return (0.5 * tau * sq - (self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau)
-                + self.precision_rate * tau).sum(1)
+        return 0.5 * (tau * sq).sum(1) - self._tau_terms(tau, parameters)
 
     def log_prob(self, parameters: Sequence[Tensor]) -> Tensor:
         raise TypeError("HierarchicalPrior holds one precision per member: it is evaluated through log_prob_chains "
@@ -296,22 +281,12 @@ class HierarchicalPrior(FanInPrior):
 
     def log_prob_chains(self, parameters: Sequence[Tensor]) -> Tensor:
         """``-(energy)`` of ``S`` members, (S,), in the parameters' dtype (differentiable in them)."""
-        return self._rest(parameters) - 0.5 * (squared_norms(parameters) * self._factor_matrix(parameters)).sum(1)
-
-    def _rest(self, parameters: Sequence[Tensor]) -> Tensor:
-        """The ``tau`` terms of every member's log prior, ``(S,)`` in the parameters' dtype (cached until the
-        precisions change)."""
-        tau = self._tau(parameters)
-        hit = self.__dict__.get("_rest_cache")
-        if _stale(hit, tau, parameters):
-            n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
-            rest = ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
-            hit = self._rest_cache = (_key(tau, parameters), rest.to(parameters[0].dtype))
-        return hit[1]
+        forms = self._tau_forms(parameters)
+        return forms["rest"] - 0.5 * (squared_norms(parameters) * forms["matrix"]).sum(1)
 
     def grad_log_prob_chains(self, parameters: Sequence[Tensor]) -> list[Tensor]:
         """``-tau_k theta_k / c_k``."""
-        return torch._foreach_mul(list(parameters), self._factors(parameters, negated=True))
+        return torch._foreach_mul(list(parameters), self._tau_forms(parameters)["negated"])
 
     def hyperparameter_terms(self, parameters: Sequence[Tensor]) -> Tensor:
         r"""The terms of every member's log prior that depend on :math:`\tau` alone, :math:`\sum_k (a - 1 +
@@ -324,13 +299,14 @@ class HierarchicalPrior(FanInPrior):
         (over thousands of steps; see the user guide) sees its potential rise by :math:`(n_k/2)` per unit of
         :math:`-\log\tau_k` without leaving its typical set. The divergence monitor adds them back.
         """
-        return self._rest(parameters)
+        return self._tau_forms(parameters)["rest"]
 
     def quadratic_form(self, parameters: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
         """``(factors, offset)`` with ``log_prob_chains = -sum_k factors[k] |theta_k|^2 / 2 + offset``: every
         member's ``tau_k / c_k``, shape ``(S,)``, and its ``tau`` terms, ``(S,)`` (they change with each Gibbs
         step; see :meth:`GaussianPrior.quadratic_form`)."""
-        return [f.reshape(-1) for f in self._factors(parameters)], self._rest(parameters)
+        forms = self._tau_forms(parameters)
+        return [f.reshape(-1) for f in forms["factors"]], forms["rest"]
 
     def scale_log_ratio(self, parameters: Sequence[Tensor], k: int, s: Tensor) -> Tensor:
         r"""The prior's part of the log acceptance ratio of a scale move of tensor ``k`` (the warm-up's,
@@ -388,9 +364,7 @@ class HierarchicalPrior(FanInPrior):
 
     def __getstate__(self):
         state = super().__getstate__()
-        state.pop("_factor_cache", None)
-        state.pop("_matrix_cache", None)
-        state.pop("_rest_cache", None)
+        state.pop("_tau_cache", None)
         return state
 
     def __repr__(self) -> str:
