@@ -484,7 +484,8 @@ def test_the_step_count_is_the_flop_counters_and_imports_no_compiler():
 
 
 def test_recurrent_fits_keep_the_callers_threads():
-    """The flop counter has no formula for the fused recurrent kernels: such a fit keeps the caller's setting."""
+    """The step count covers linear and convolutional layers only: a recurrent network (its cells have parameters
+    of another kind) keeps the caller's setting."""
     from bayesnet import BayesianRNNClassifier
 
     before = torch.get_num_threads()
