@@ -265,7 +265,7 @@ class HierarchicalPrior(FanInPrior):
         return hit[3]
 
     def _tau_terms(self, tau: Tensor, parameters: Sequence[Tensor]) -> Tensor:
-        """:math:`\sum_k (a - 1 + n_k/2)\log\tau_k - b\tau_k` per member, ``(S,)``, float64."""
+        r""":math:`\sum_k (a - 1 + n_k/2)\log\tau_k - b\tau_k` per member, ``(S,)``, float64."""
         n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
         return ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
 

@@ -14,6 +14,12 @@ alternating repeats), their ratio, and the compile time, from which the steps a 
 
     python benchmarks/compile_step.py            # the issue's shapes
     python benchmarks/compile_step.py --quick    # one shape, fewer steps
+    python benchmarks/compile_step.py --estimator sghmc baoab eqn   # the library's own compiled path
+
+``--estimator`` times, instead, a whole fit's step of ``BayesianMLPClassifier`` (breast cancer, 16 hidden units,
+batch 64, the hierarchical prior, 200 warm-up steps and 1,500 sampling steps) with ``compile=False`` and
+``compile=True``, for each named sampler with 1 and 16 chains: medians over the sampling phase's steps (its first
+300 left out), two alternating fits each, and the first fit's compile time.
 """
 
 from __future__ import annotations
@@ -105,12 +111,63 @@ def run_shape(n_in, hidden, n_out, batch, members, steps, repeats):
             f"{repay} | {err:.1e} |")
 
 
+def estimator_step(sampler: str, chains: int) -> str:
+    """A whole fit's step, eager and compiled, for one of the library's samplers (``--estimator``)."""
+    import warnings
+
+    import numpy as np
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.preprocessing import StandardScaler
+
+    import bayesnet.estimators.base as base
+    from bayesnet import BayesianMLPClassifier
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X).astype("float32")
+    stamps: list[float] = []
+    original = base.BayesianNeuralNet.train_step
+
+    def stamped(self, *args, **kwargs):
+        stamps.append(time.perf_counter())
+        return original(self, *args, **kwargs)
+
+    base.BayesianNeuralNet.train_step = stamped
+    times = {False: [], True: []}
+    compile_s = []
+    try:
+        for compiled in (False, True, False, True):
+            stamps.clear()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                est = BayesianMLPClassifier(hidden_layer_sizes=(16,), sampler=sampler, burn_in=200, n_draws=150,
+                                            thinning=10, n_chains=chains, batch_size=64, random_state=0,
+                                            compile=compiled).fit(X, y)
+            times[compiled].append(float(np.median(np.diff(stamps)[500:])) * 1e3)
+            if compiled:
+                compile_s.append(est.compiled_step_.compile_seconds)
+                assert est.fit_status_["compiled"] == "compiled", est.fit_status_["compiled"]
+    finally:
+        base.BayesianNeuralNet.train_step = original
+    e, c = statistics.mean(times[False]), statistics.mean(times[True])
+    return f"| {sampler} | {chains} | {e:.3f} | {c:.3f} | {e / c:.2f}x | {compile_s[0]:.1f} |"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one shape, fewer steps")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--estimator", nargs="+", metavar="SAMPLER",
+                        help="time a whole fit's step, eager and compiled, for these samplers instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.estimator:
+        print("| sampler | chains | eager ms/step | compiled ms/step | speed-up | first compile s |")
+        print("|---|---|---|---|---|---|")
+        for sampler in args.estimator:
+            for chains in (1, 16):
+                print(estimator_step(sampler, chains), flush=True)
+        return
     shapes = [(30, 16, 2, 64, 1)] if args.quick else [(784, 100, 10, 128, 1), (30, 16, 2, 64, 1), (30, 16, 2, 64, 16),
                                                       (30, 16, 2, 64, 64)]
     steps, repeats = (100, 3) if args.quick else (300, 5)

@@ -54,10 +54,13 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
 
 #: every sampler that declares a pure transition, with each of its step compositions
 PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme": "BAOAB"}),
-        ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"})]
+        ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"}),
+        ("eqn", {"sampler__n_walkers": 4}), ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_interval": 7})]
+#: eqn with B_i = I throughout (no update within 1,000 steps), and with updates at steps 105, 112, 119, 126
+PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-updates"]
 
 
-@pytest.mark.parametrize("sampler,extra", PURE, ids=[f"{s}-{e.get('sampler__scheme', '')}" for s, e in PURE])
+@pytest.mark.parametrize("sampler,extra", PURE, ids=PURE_IDS)
 def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
     """Step for step, without compiling: from the same warmed-up state, 25 steps of the pure transition (run
     eagerly, as the fallback runs it) and of the sampler's own step agree to float rounding, the hierarchical
@@ -92,12 +95,16 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         torch.testing.assert_close(pure_state.flat_momentum, eager_state.flat_momentum, rtol=1e-4, atol=1e-5)
 
 
-def test_the_compiled_baoab_transition_gives_the_eager_draws(cancer):
-    """BAOAB compiled: the first draws of the eager chains, within float32 rounding (the step-for-step check
-    above covers its other schemes; along a run its weakly damped chains part once a ReLU unit flips)."""
+@pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50})],
+                         ids=["baoab", "eqn"])
+def test_the_compiled_baoab_and_eqn_transitions_give_the_eager_draws(cancer, sampler, extra):
+    """BAOAB and eqn compiled: the first draws of the eager chains, within float32 rounding (the step-for-step
+    check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU unit flips,
+    and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way). eqn's
+    preconditioner is refreshed at steps 100 and 150, between compiled steps."""
     X, y = cancer
-    params = dict(hidden_layer_sizes=(8,), sampler="baoab", burn_in=100, n_draws=5, n_chains=2, batch_size=64,
-                  random_state=0)
+    params = dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=5, n_chains=2, batch_size=64,
+                  random_state=0, **extra)
     eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
     fast = _fit(BayesianMLPClassifier(compile=True, **params), X, y)
     if fast.compiled_step_.fallback is not None:

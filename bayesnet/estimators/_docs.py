@@ -87,7 +87,7 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
     compile : bool or "auto", default="auto"
         Compile the sampler's frozen transition (after the warm-up) with
         ``torch.compile`` (:mod:`bayesnet.samplers.compiled`): True
-        whenever the sampler can (sgld, sghmc, sgnht, baoab), "auto" only for runs
+        whenever the sampler can (sgld, sghmc, sgnht, baoab, eqn), "auto" only for runs
         of at least 20,000 steps after the warm-up (the compilation, 3-10 s
         on a CPU, is repaid at 0.2-1 ms saved per step), False never. A
         compiled step is the eager step up to float rounding (along a long

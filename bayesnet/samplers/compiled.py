@@ -10,7 +10,8 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
 * **Same numbers.** The noise is drawn eagerly from each chain's own stream, in the order the eager kernel
   draws it, and passed in, so a compiled step is the eager step up to float rounding (tested step for step for
   every compiling sampler, and over whole runs: sgld, sghmc and sgnht to 1e-3 relative after 400 steps; a weakly
-  damped baoab chain parts from the eager one once rounding flips a ReLU unit, as any two machines' would).
+  damped baoab chain, or eqn's walkers preconditioned by each other's spread, part from the eager ones once
+  rounding flips a ReLU unit, as any two machines' would).
 * **Once per fit.** The function is compiled at its first call (about 3-10 s on a CPU; each new batch shape, such
   as an epoch's shorter last batch, compiles once more) and reused for every later step; the time is reported.
 * **Eager fallback.** Where compilation is unavailable or fails (no C++ compiler, an operation the compiler
@@ -18,10 +19,11 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
   noise, so the run neither stops nor changes.
 
 Samplers that cannot be written so declare nothing and always run eagerly: ``hmc`` and ``pt-langevin`` (a
-Metropolis test whose branch depends on the data, a random trajectory length), ``tacthmc`` (its bias table is
-indexed by a data-dependent bin) and ``eqn`` (not yet written as a pure function: its walkers' covariance
-preconditioner is refreshed every ``covariance_interval`` steps, which would be an eager step between compiled
-ones). ``sgld``, ``sghmc``, ``sgnht`` and ``baoab`` (each of its schemes) compile.
+Metropolis test whose branch depends on the data, a random trajectory length) and ``tacthmc`` (its bias table is
+indexed by a data-dependent bin). ``sgld``, ``sghmc``, ``sgnht``, ``baoab`` (each of its schemes) and ``eqn``
+compile; eqn's walkers' covariance preconditioner, refreshed every ``covariance_interval`` steps, is an eager
+update between compiled steps whose result (the snapshot and its coefficients) enters the compiled step as an
+input, so it recompiles nothing.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import baoab_step, chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
-from .warmup import HEAT, WARMUP_DOC, Preconditioner, member_view, regrad, views
+from .compiled import potential_gradients
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, member_view, regrad, views
 
 __all__ = ["EQN", "EQNState"]
 
@@ -64,6 +65,20 @@ def _selection(n_walkers: int, dtype: torch.dtype, device: torch.device) -> Tens
     mask = 1.0 - eye  # (i, k) = [k != i]
     return (pick - mask[:, :, None] / (L - 1)) / math.sqrt(L - 1)
 
+
+
+def _apply(snapshot: Sequence[Tensor], coefficients: Tensor, vectors: Sequence[Tensor]) -> list[Tensor]:
+    r""":math:`B_i v_i = v_i + P^\top M_i (P v_i)` for every walker, ``snapshot`` the centred positions :math:`P`
+    and ``vectors`` shaped like the positions, ``coefficients`` the :math:`M_i`, ``(C, L, L, L)``: the eager step
+    and the pure transition share it (a zero snapshot and zero coefficients give :math:`B_i = I`)."""
+    C, L = coefficients.shape[0], coefficients.shape[1]
+    inner = None  # (C, L, L): [c, i, j] = <v_(c,i), P_(c,j)>
+    for s, v in zip(snapshot, vectors):
+        k = torch.bmm(v.reshape(C, L, -1), s.reshape(C, L, -1).transpose(1, 2))
+        inner = k if inner is None else inner + k
+    coeff = torch.einsum("cijk,cik->cij", coefficients, inner)  # M_i (P v_i)
+    return [(v.reshape(C, L, -1) + torch.bmm(coeff, s.reshape(C, L, -1))).reshape(v.shape)
+            for s, v in zip(snapshot, vectors)]
 
 @register_sampler
 class EQN(Sampler):
@@ -235,6 +250,11 @@ class EQN(Sampler):
     gave 0.4 of the slow variances at :math:`\varepsilon = 0.125` and 0.6
     at 0.03.)
 
+    Compiled (``compile=True``, :mod:`bayesnet.samplers.compiled`): the step
+    (18a-e) is one pure function whose snapshot :math:`P` and coefficients
+    :math:`M_i` are inputs, refreshed eagerly every ``covariance_interval``
+    steps, so a refresh recompiles nothing.
+
     ``StepInfo``: ``potential``, ``kinetic_energy`` (:math:`|p|^2/2`) and
     ``kinetic_temperature`` (:math:`|p|^2/D`) per walker, shape ``(S,)``
     (0-d without a chain axis); ``extra["preconditioner_scale"]`` is the
@@ -381,17 +401,9 @@ class EQN(Sampler):
         Returns new tensors (copies of ``vectors`` while :math:`B = I`). Costs
         :math:`O(L D)` per walker: :math:`B_i v = v + P^\top M_i (P v)`.
         """
-        snapshot, M = state.snapshot, state.coefficients
-        if snapshot is None:
+        if state.snapshot is None:
             return [v.clone() for v in vectors]
-        C, L = M.shape[0], M.shape[1]
-        inner = None  # (C, L, L): [c, i, j] = <v_(c,i), P_(c,j)>
-        for s, v in zip(snapshot, vectors):
-            k = torch.bmm(v.reshape(C, L, -1), s.reshape(C, L, -1).transpose(1, 2))
-            inner = k if inner is None else inner + k
-        coeff = torch.einsum("cijk,cik->cij", M, inner)  # M_i (P v_i)
-        return [(v.reshape(C, L, -1) + torch.bmm(coeff, s.reshape(C, L, -1))).reshape(v.shape)
-                for s, v in zip(snapshot, vectors)]
+        return _apply(state.snapshot, state.coefficients, vectors)
 
     # ------------------------------------------------------------------ #
     def reset_cache(self, state: EQNState) -> None:
@@ -432,8 +444,9 @@ class EQN(Sampler):
         if state.step > 0 and state.step % self.covariance_interval == 0:
             self.update_preconditioner(state)  # also refreshes B_i grad for the new B_i
         grad = state.grad
-        if grad is None:  # first step: the gradient at the starting point
+        if grad is None:  # first step: the gradient at the starting point (and B_i of it, below)
             _, grad = potential.value_and_grad(batch)
+            state.preconditioned_grad = None
         if state.snapshot is None:  # B = I: exactly BAOAB (in q = M^(1/2) theta)
             value, grad = baoab_step(theta, p, flat, grad, sc["kick"], sc["drift"], sc["decay"], sc["noise"],
                                      potential, batch, rng, layout)
@@ -467,5 +480,85 @@ class EQN(Sampler):
                                kinetic_temperature=2.0 * kinetic / chain_numel(p, layout),
                                extra={"preconditioner_scale": scale})
 
+
+    # the same step as a pure function, for bayesnet.samplers.compiled
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """:meth:`_step` as a pure function: ``(positions, momenta, gradient, noise, root_mass, half_step, decay,
+        noise_scale, snapshot, coefficients, X, y, factors, offset) -> (positions, momenta, gradient,
+        preconditioned gradient, potentials, kinetic energies)``, in :meth:`_step`'s order of operations for the
+        preconditioned step (18a-e). The snapshot and coefficients are inputs, refreshed eagerly between steps
+        (:meth:`transition_inputs`), so an update recompiles nothing; while :math:`B_i = I` they are zeros, which
+        makes the same arithmetic plain BAOAB in ``q``. ``B_i grad U`` is recomputed from the cached gradient at
+        each step (the eager step keeps it from the step before: the same values)."""
+        grad_and_value = potential_gradients(potentials)
+
+        def transition(position, flat, grad, z, root, half, decay, noise, snapshot, coefficients, X, y, factors,
+                       offset):
+            def preconditioned(vectors):
+                return _apply(snapshot, coefficients, vectors)
+
+            pg = preconditioned([r * g for r, g in zip(root, grad)])
+            kicked = [m - h * g for m, h, g in zip(views(flat, position), half, pg)]  # (18a)
+            flat = flatten(kicked, layout) * decay + z * noise  # (18c)
+            move = preconditioned([a + b for a, b in zip(kicked, views(flat, position))])
+            position = [t + h * (r * d) for t, h, r, d in zip(position, half, root, move)]  # (18b) + (18d)
+            grad, (_, u) = grad_and_value(position, X, y, factors, offset)
+            pg = preconditioned([r * g for r, g in zip(root, grad)])
+            flat = flatten([m - h * g for m, h, g in zip(views(flat, position), half, pg)], layout)  # (18e)
+            return position, flat, grad, pg, u, 0.5 * (flat * flat).sum(-1)
+
+        return transition
+
+    def transition_inputs(self, state: EQNState, potential: Potential, batch: Any) -> tuple:
+        """The eager part of a step: the preconditioner's update when due (as :meth:`_step` makes it), the
+        first gradient, the noise from the chains' streams, and the step's scales."""
+        theta, flat = state.position, state.flat_momentum
+        sc = state.derived("scales", lambda: self._scales(state))
+        if state.step > 0 and state.step % self.covariance_interval == 0:
+            self.update_preconditioner(state)
+        if state.grad is None:  # first step: the gradient at the starting point, eagerly
+            _, state.grad = potential.value_and_grad(batch)
+        fixed = state.derived("pure_inputs", lambda: self._pure_scales(state, sc))
+        snapshot, coefficients = state.snapshot, state.coefficients
+        if snapshot is None:  # B_i = I
+            snapshot, coefficients = fixed["zero_snapshot"], fixed["zero_coefficients"]
+        z = normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat)
+        factors, offset = potential.prior_form()
+        X, y = batch
+        return ([p.detach() for p in theta], flat, [g.detach() for g in state.grad], z, fixed["root"],
+                fixed["half"], fixed["decay"], sc["noise"], snapshot, coefficients, X, y, factors, offset)
+
+    def _pure_scales(self, state: EQNState, sc: dict) -> dict:
+        """What the pure transition reads besides the state, fixed until the preconditioner changes: the root
+        mass (ones without a mass), the half step and the friction's decay broadcast like the positions and
+        the momenta, and the zero snapshot that stands for :math:`B_i = I`."""
+        theta, flat, layout = state.position, state.flat_momentum, state.layout
+        root = self._root_mass(state)
+        decay = sc["decay"]
+        S = layout.n_members
+        C, L = (S // int(self.n_walkers), int(self.n_walkers)) if S is not None else (1, 1)
+        return {"root": [torch.ones_like(t) for t in theta] if root is None else root,
+                "half": [member_view(sc["half_step"], t) for t in theta],
+                "decay": member_view(decay, flat) if flat.ndim > decay.ndim else decay,
+                "zero_snapshot": [torch.zeros_like(t) for t in theta],
+                "zero_coefficients": torch.zeros(C, L, L, L, dtype=flat.dtype, device=flat.device)}
+
+    def finish_transition(self, state: EQNState, outputs) -> StepInfo:
+        moved, flat, grad, pg, value, kinetic = outputs
+        with torch.no_grad():
+            torch._foreach_copy_([p for p in state.position], moved)
+            state.flat_momentum.copy_(flat)
+            if state.grad is None:
+                state.grad = [g.clone() for g in grad]
+            else:  # into the state's own buffers: a compiled function's outputs may be reused by its next call
+                torch._foreach_copy_(state.grad, list(grad))
+            state.preconditioned_grad = None if state.snapshot is None else [g.clone() for g in pg]
+        state.step += 1
+        scale = state.preconditioner_scale
+        return StepInfo(potential=value.detach(), kinetic_energy=kinetic,
+                        kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout),
+                        extra={"preconditioner_scale": torch.ones_like(kinetic) if scale is None else scale})
 
 EQN.__doc__ = EQN.__doc__.replace("{warmup}", WARMUP_DOC)
