@@ -80,6 +80,8 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
     (eager_state, eager_post), (pure_state, pure_post) = runs
     if hasattr(eager_state, "grad"):  # a cached gradient: start without one (both take it on the first batch)
         eager_state.grad = pure_state.grad = None
+    if sampler == "eqn":  # the path each case is for: B_i = I throughout, or a snapshot from step 98 and refreshes
+        assert (pure_state.snapshot is None) == (extra.get("sampler__covariance_interval", 1000) == 1000)
     pure = CompiledTransition(est.sampler_, pure_post, pure_state.layout, compile=False)
     for _ in range(25):
         _, want = est.sampler_.step(eager_state, eager_post, batch)
@@ -93,6 +95,12 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
     if hasattr(eager_state, "flat_momentum"):  # (sgld has none)
         torch.testing.assert_close(pure_state.flat_momentum, eager_state.flat_momentum, rtol=1e-4, atol=1e-5)
+    if sampler == "eqn":  # the eager step continues from the pure one's state: B_i grad U recomputed, same step
+        _, want = est.sampler_.step(eager_state, eager_post, batch)
+        _, got = est.sampler_.step(pure_state, pure_post, batch)
+        for a, b in zip(eager_state.position, pure_state.position):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * float(a.abs().max()))
+        torch.testing.assert_close(got.potential, want.potential, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50})],

@@ -88,8 +88,9 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         Compile the sampler's frozen transition (after the warm-up) with
         ``torch.compile`` (:mod:`bayesnet.samplers.compiled`): True
         whenever the sampler can (sgld, sghmc, sgnht, baoab, eqn), "auto" only for runs
-        of at least 20,000 steps after the warm-up (the compilation, 3-10 s
-        on a CPU, is repaid at 0.2-1 ms saved per step), False never. A
+        of at least 20,000 steps after the warm-up (the compilation, 3-15 s
+        on a CPU, is repaid at 0.2-1 ms saved per step; eqn's first, cold
+        compilation only after about 50,000 steps), False never. A
         compiled step is the eager step up to float rounding (along a long
         run the rounding can grow, as between any two machines); a failing compiler
         warns once and the run continues eagerly. ``compile__*`` parameters

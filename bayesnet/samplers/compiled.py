@@ -12,7 +12,7 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
   every compiling sampler, and over whole runs: sgld, sghmc and sgnht to 1e-3 relative after 400 steps; a weakly
   damped baoab chain, or eqn's walkers preconditioned by each other's spread, part from the eager ones once
   rounding flips a ReLU unit, as any two machines' would).
-* **Once per fit.** The function is compiled at its first call (about 3-10 s on a CPU; each new batch shape, such
+* **Once per fit.** The function is compiled at its first call (about 3-15 s on a CPU; each new batch shape, such
   as an epoch's shorter last batch, compiles once more) and reused for every later step; the time is reported.
 * **Eager fallback.** Where compilation is unavailable or fails (no C++ compiler, an operation the compiler
   cannot trace), the first call warns once and the same pure function runs eagerly from then on, with the same
@@ -39,7 +39,8 @@ __all__ = ["CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision", "poten
 #: with ``compile="auto"``, a run compiles only when it has at least this many steps after its warm-up.
 #: Measured (``benchmarks/compile_step.py``, one busy CPU core): the compiled SGHMC step saves 0.3-1.1 ms of
 #: 0.5-2.4 ms per step on MLPs of 30-16-2 and 784-100-10, and its first compilation costs 3.6-9.8 s, so it repays
-#: after 1,000-25,000 steps; the defaults' 1,000 draws' steps never would
+#: after 1,000-25,000 steps; the defaults' 1,000 draws' steps never would. (eqn saves 0.3-0.5 ms per step and compiles
+#: in 3 s with a warm cache, 12-14 s cold: it repays after 10,000-50,000 steps.)
 COMPILE_MIN_STEPS = 20_000
 
 

@@ -253,7 +253,11 @@ class EQN(Sampler):
     Compiled (``compile=True``, :mod:`bayesnet.samplers.compiled`): the step
     (18a-e) is one pure function whose snapshot :math:`P` and coefficients
     :math:`M_i` are inputs, refreshed eagerly every ``covariance_interval``
-    steps, so a refresh recompiles nothing.
+    steps, so a refresh recompiles nothing. It applies :math:`B_i` three
+    times per step (it recomputes :math:`B_i\nabla U` from the cached
+    gradient instead of keeping it), and while :math:`B_i = I` it applies a
+    zero snapshot, so a walker with an infinite coordinate turns NaN in all
+    of them (it has diverged either way; the divergence monitor retires it).
 
     ``StepInfo``: ``potential``, ``kinetic_energy`` (:math:`|p|^2/2`) and
     ``kinetic_temperature`` (:math:`|p|^2/D`) per walker, shape ``(S,)``
@@ -487,7 +491,7 @@ class EQN(Sampler):
     def pure_transition(self, potentials, layout: ChainLayout):
         """:meth:`_step` as a pure function: ``(positions, momenta, gradient, noise, root_mass, half_step, decay,
         noise_scale, snapshot, coefficients, X, y, factors, offset) -> (positions, momenta, gradient,
-        preconditioned gradient, potentials, kinetic energies)``, in :meth:`_step`'s order of operations for the
+        potentials, kinetic energies)``, in :meth:`_step`'s order of operations for the
         preconditioned step (18a-e). The snapshot and coefficients are inputs, refreshed eagerly between steps
         (:meth:`transition_inputs`), so an update recompiles nothing; while :math:`B_i = I` they are zeros, which
         makes the same arithmetic plain BAOAB in ``q``. ``B_i grad U`` is recomputed from the cached gradient at
@@ -507,7 +511,7 @@ class EQN(Sampler):
             grad, (_, u) = grad_and_value(position, X, y, factors, offset)
             pg = preconditioned([r * g for r, g in zip(root, grad)])
             flat = flatten([m - h * g for m, h, g in zip(views(flat, position), half, pg)], layout)  # (18e)
-            return position, flat, grad, pg, u, 0.5 * (flat * flat).sum(-1)
+            return position, flat, grad, u, 0.5 * (flat * flat).sum(-1)
 
         return transition
 
@@ -546,7 +550,7 @@ class EQN(Sampler):
                 "zero_coefficients": torch.zeros(C, L, L, L, dtype=flat.dtype, device=flat.device)}
 
     def finish_transition(self, state: EQNState, outputs) -> StepInfo:
-        moved, flat, grad, pg, value, kinetic = outputs
+        moved, flat, grad, value, kinetic = outputs
         with torch.no_grad():
             torch._foreach_copy_([p for p in state.position], moved)
             state.flat_momentum.copy_(flat)
@@ -554,7 +558,7 @@ class EQN(Sampler):
                 state.grad = [g.clone() for g in grad]
             else:  # into the state's own buffers: a compiled function's outputs may be reused by its next call
                 torch._foreach_copy_(state.grad, list(grad))
-            state.preconditioned_grad = None if state.snapshot is None else [g.clone() for g in pg]
+            state.preconditioned_grad = None  # recomputed from the gradient: by the next pure step, or eagerly
         state.step += 1
         scale = state.preconditioner_scale
         return StepInfo(potential=value.detach(), kinetic_energy=kinetic,
