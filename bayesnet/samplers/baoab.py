@@ -16,7 +16,7 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import baoab_step, chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
-from .compiled import potential_gradients
+from .compiled import potential_gradients, write_back
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, member_view, regrad, views
 
 __all__ = ["BAOAB", "BAOABState"]
@@ -240,13 +240,7 @@ class BAOAB(Sampler):
 
     def finish_transition(self, state: BAOABState, outputs) -> StepInfo:
         moved, flat, grad, value, kinetic = outputs
-        with torch.no_grad():
-            torch._foreach_copy_([p for p in state.position], moved)
-            state.flat_momentum.copy_(flat)
-            if state.grad is None:
-                state.grad = [g.clone() for g in grad]
-            else:  # into the state's own buffers: a compiled function's outputs may be reused by its next call
-                torch._foreach_copy_(state.grad, list(grad))  # (CUDA graphs)
+        write_back(state, moved, flat, grad)
         state.step += 1
         return StepInfo(potential=value.detach(), kinetic_energy=kinetic,
                         kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout))

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision", "potential_gradients"]
+__all__ = ["CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision", "potential_gradients", "write_back"]
 
 #: with ``compile="auto"``, a run compiles only when it has at least this many steps after its warm-up.
 #: Measured (``benchmarks/compile_step.py``, one busy CPU core): the compiled SGHMC step saves 0.3-1.1 ms of
@@ -55,6 +55,21 @@ def potential_gradients(potentials):
         return u.sum(), u
 
     return torch.func.grad_and_value(total, has_aux=True)
+
+
+@torch.no_grad()
+def write_back(state, position, flat=None, grad=None) -> None:
+    """A pure transition's results into the state's own buffers (a kernel's ``finish_transition``): the positions,
+    the momenta's flat buffer and the cached gradient, each where given. Copied, not bound: a compiled function's
+    outputs may be reused by its next call (CUDA graphs), and the positions are the posterior's leaves."""
+    torch._foreach_copy_(list(state.position), list(position))
+    if flat is not None:
+        state.flat_momentum.copy_(flat)
+    if grad is not None:
+        if state.grad is None:
+            state.grad = [g.clone() for g in grad]
+        else:
+            torch._foreach_copy_(state.grad, list(grad))
 
 
 def compile_decision(setting, sampler, potential, steps_after_warmup: int) -> tuple[bool, str]:

@@ -17,7 +17,7 @@ from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sample
 from .registry import register_sampler
 from .integrators import baoab_step, chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
-from .compiled import potential_gradients
+from .compiled import potential_gradients, write_back
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, member_view, regrad, views
 
 __all__ = ["EQN", "EQNState"]
@@ -551,14 +551,8 @@ class EQN(Sampler):
 
     def finish_transition(self, state: EQNState, outputs) -> StepInfo:
         moved, flat, grad, value, kinetic = outputs
-        with torch.no_grad():
-            torch._foreach_copy_([p for p in state.position], moved)
-            state.flat_momentum.copy_(flat)
-            if state.grad is None:
-                state.grad = [g.clone() for g in grad]
-            else:  # into the state's own buffers: a compiled function's outputs may be reused by its next call
-                torch._foreach_copy_(state.grad, list(grad))
-            state.preconditioned_grad = None  # recomputed from the gradient: by the next pure step, or eagerly
+        write_back(state, moved, flat, grad)
+        state.preconditioned_grad = None  # recomputed from the gradient: by the next pure step, or eagerly
         state.step += 1
         scale = state.preconditioner_scale
         return StepInfo(potential=value.detach(), kinetic_energy=kinetic,

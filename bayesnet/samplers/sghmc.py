@@ -13,7 +13,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, StepInfo
 from .registry import register_sampler
-from .compiled import potential_gradients
+from .compiled import potential_gradients, write_back
 from .integrators import chain_numel, momentum_state, normal_flat, position_step
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, views
@@ -184,9 +184,7 @@ class SGHMC(Sampler):
 
     def finish_transition(self, state: MomentumState, outputs) -> StepInfo:
         moved, flat, value, kinetic = outputs
-        with torch.no_grad():
-            torch._foreach_copy_([p for p in state.position], moved)
-            state.flat_momentum.copy_(flat)
+        write_back(state, moved, flat)
         state.step += 1
         return StepInfo(potential=value.detach(), kinetic_energy=kinetic,
                         kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout))

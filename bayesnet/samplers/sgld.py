@@ -13,7 +13,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import Potential, Sampler, SamplerState, StepInfo
 from .registry import register_sampler
-from .compiled import potential_gradients
+from .compiled import potential_gradients, write_back
 from .integrators import gaussian_like
 from .random import ChainRandom
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, views
@@ -156,8 +156,7 @@ class SGLD(Sampler):
 
     def finish_transition(self, state: SamplerState, outputs) -> StepInfo:
         new, value = outputs
-        with torch.no_grad():
-            torch._foreach_copy_([p for p in state.position], new)
+        write_back(state, new)
         state.step += 1
         return StepInfo(potential=value.detach())
 

@@ -14,7 +14,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
-from .compiled import potential_gradients
+from .compiled import potential_gradients, write_back
 from .integrators import chain_numel, momentum_state, normal_flat, position_step
 from .random import ChainRandom
 from .estimates import mask_like
@@ -209,9 +209,7 @@ class SGNHT(Sampler):
 
     def finish_transition(self, state: SGNHTState, outputs) -> StepInfo:
         moved, flat, z, value, t_kin = outputs
-        with torch.no_grad():
-            torch._foreach_copy_([p for p in state.position], moved)
-            state.flat_momentum.copy_(flat)
+        write_back(state, moved, flat)
         state.thermostat = z
         state.step += 1
         dim = chain_numel(state.momentum, state.layout)
