@@ -282,6 +282,7 @@ def _build_estimator(spec: dict, tensors):
     trace.shapes = [torch.Size(s) for s in t["shapes"]]
     for attr, value in t["arrays"].items():
         setattr(trace, attr, np.array(_decode(value, tensors)))
+    trace._lockstep = False  # which steps were candidates is not saved: offers take the general path
     trace._stats = {n: np.array(_decode(v, tensors)) for n, v in t["stats"].items()}
     trace._buffer = tensors[t["buffer"]["__array__"]].clone() if t["buffer"] is not None else None
     est.trace_ = trace

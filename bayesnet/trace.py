@@ -91,6 +91,9 @@ class Trace:
         self.kept_per_slot = np.zeros(self.n_slots, dtype=np.int64)
         self.discarded_per_slot = np.zeros(self.n_slots, dtype=np.int64)
         self.active = np.ones(self.n_slots, dtype=bool)
+        # every slot active and a candidate at every step so far: n_candidates are all equal, and a step that
+        # stores nothing costs one increment (a step is mostly overhead on small networks)
+        self._lockstep = True
 
     @property
     def n_parameters(self) -> int:
@@ -137,16 +140,23 @@ class Trace:
         """
         if step <= self.burn_in:
             return np.empty(0, dtype=np.int64)
-        if isinstance(is_draw, Tensor):
-            is_draw = is_draw.cpu().numpy()
-        flags = np.broadcast_to(np.asarray(is_draw, dtype=bool), (self.n_slots,)) & self.active
-        if not flags.any():
-            return np.empty(0, dtype=np.int64)
-        self.n_candidates += flags
-        store = flags & ((self.n_candidates - 1) % self.thinning == 0)
-        slots = np.nonzero(store)[0]
-        if slots.size == 0:
-            return np.empty(0, dtype=np.int64)
+        if is_draw is True and self.__dict__.get("_lockstep", False):
+            self.n_candidates += 1
+            if (int(self.n_candidates[0]) - 1) % self.thinning:
+                return np.empty(0, dtype=np.int64)
+            slots = np.arange(self.n_slots)
+        else:
+            self._lockstep = False
+            if isinstance(is_draw, Tensor):
+                is_draw = is_draw.cpu().numpy()
+            flags = np.broadcast_to(np.asarray(is_draw, dtype=bool), (self.n_slots,)) & self.active
+            if not flags.any():
+                return np.empty(0, dtype=np.int64)
+            self.n_candidates += flags
+            store = flags & ((self.n_candidates - 1) % self.thinning == 0)
+            slots = np.nonzero(store)[0]
+            if slots.size == 0:
+                return np.empty(0, dtype=np.int64)
         with torch.no_grad():
             if not self.shapes:
                 self.shapes = [p.shape[1:] if self.chain_axis else p.shape for p in position]
@@ -184,6 +194,7 @@ class Trace:
             The number of draws discarded.
         """
         removed = 0
+        self._lockstep = False
         for s in np.asarray(slots, dtype=np.int64).reshape(-1):
             self.active[s] = False
             order = self._order(s)
@@ -322,6 +333,8 @@ class Trace:
                                      for b, t in zip(buffers, traces)])
         for name in ("_steps", "_stored", "_next", "n_candidates", "kept_per_slot", "discarded_per_slot", "active"):
             setattr(out, name, np.concatenate([getattr(t, name) for t in traces]))
+        out._lockstep = bool(out.active.all() and (out.n_candidates == out.n_candidates[0]).all()
+                             and all(t.__dict__.get("_lockstep", False) for t in traces))
         names = list(dict.fromkeys(k for t in traces for k in t._stats))
         out._stats = {k: np.concatenate([t._stats.get(k, np.full((t.n_slots, t.n_draws), np.nan)) for t in traces])
                       for k in names}
@@ -418,10 +431,24 @@ class StepStats:
 
     def per_step(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The recorded window: ``steps`` (n,) and each field as ``(S, n)``, oldest first (synchronises)."""
+        return self.since(None)
+
+    def since(self, step: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """As :meth:`per_step`, only the recorded steps after ``step`` (all with None); synchronises only when
+        there are some."""
         n = min(self.n_recorded, self.capacity)
         order = (np.arange(n) + self.n_recorded - n) % self.capacity
-        ring = self._ring[torch.as_tensor(order, device=self.device)].cpu().numpy()  # (n, F, S)
-        return self._ring_steps[order].copy(), {name: ring[:, i, :].T.copy() for i, name in enumerate(self.names)}
+        steps = self._ring_steps[order]
+        if step is not None:
+            order = order[steps > step]
+            steps = steps[steps > step]
+        if not order.size:
+            return steps.copy(), {name: np.empty((self.n_members, 0), dtype=np.float32) for name in self.names}
+        lo = int(order[0])
+        rows = (self._ring[lo: lo + order.size] if order[-1] == lo + order.size - 1  # contiguous: a view, no gather
+                else self._ring[torch.as_tensor(order, device=self.device)])
+        ring = rows.cpu().numpy()  # (n, F, S)
+        return steps.copy(), {name: ring[:, i, :].T.copy() for i, name in enumerate(self.names)}
 
     def summaries(self, members: np.ndarray | None = None) -> dict[str, float]:
         """Each field reduced over the summarised steps as its Stat declares, then averaged over ``members``

@@ -149,6 +149,33 @@ def test_trace_keeps_each_slot_apart():
         Trace.concatenate([trace, Trace(n_draws=4)])
 
 
+def test_a_trace_stores_the_same_draws_on_its_lockstep_path():
+    """Offers with ``is_draw=True`` while every slot is active take a shortcut (one increment per step); it must
+    store exactly what the per-slot path stores, through a retired slot and a change of thinning."""
+    fast = Trace(n_draws=4, burn_in=2, thinning=3, n_slots=3)
+    slow = Trace(n_draws=4, burn_in=2, thinning=3, n_slots=3)
+    for step in range(1, 40):
+        pos = [torch.arange(6.0).reshape(3, 2) + step]
+        stats = {"potential": torch.tensor([1.0, 2.0, 3.0]) * step}
+        fast.offer(step, pos, stats, True)
+        slow.offer(step, pos, stats, np.ones(3, dtype=bool))  # an array: never the shortcut
+        if step == 20:
+            assert fast._lockstep and not slow._lockstep
+            for t in (fast, slow):
+                t.retire([1], after_step=14)
+            assert not fast._lockstep
+        if step == 30:
+            for t in (fast, slow):
+                t.reconfigure(thinning=2)
+    for a, b in zip(fast.draws(per_slot=True), slow.draws(per_slot=True)):
+        assert torch.equal(a, b)
+    assert np.array_equal(fast.steps, slow.steps) and np.array_equal(fast.n_candidates, slow.n_candidates)
+    # slot 0: candidates from step 3, every 3rd stored (3, 6, ..., 30), then every 2nd (31, 33, ..., 39); ring of 4
+    assert fast.steps[:4].tolist() == [33, 35, 37, 39] and fast.kept_per_slot[0] == 10 + 5
+    # slot 1: retired at step 20, its draws after step 14 discarded: 3, 6, 9, 12 kept
+    assert np.array_equal(fast.kept_per_slot, slow.kept_per_slot) and fast.kept_per_slot[1] == 4
+
+
 def test_rank_normalised_rhat_and_bulk_ess():
     rng = np.random.default_rng(0)
     iid = rng.standard_cauchy(size=(4, 1000))  # heavy tails: ranks make it well defined

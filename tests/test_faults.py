@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import re
 import signal
 import warnings
@@ -311,17 +312,15 @@ def test_the_divergence_reference_counts_each_members_finite_potentials_only(iri
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = BayesianMLPClassifier((8,), n_chains=3, burn_in=40, n_draws=5, random_state=0).fit(X, y)
     monitor = dict(est.callbacks_)["divergence"]
-    zeros = torch.zeros(3, dtype=torch.float64)
-    state = {"bad": torch.zeros(3, 3, dtype=torch.bool), "ref_sum": zeros.clone(), "ref_sq": zeros.clone(),
-             "ref_n": zeros.clone()}
+    state = {"bad": np.zeros((3, 3), dtype=bool), "ref_sum": np.zeros(3), "ref_sq": np.zeros(3), "ref_n": np.zeros(3)}
     rng = np.random.default_rng(0)
     values = np.stack([1000.0 + 30 * rng.standard_normal(20), 2000.0 + 30 * rng.standard_normal(20),
                        np.full(20, np.nan)], axis=1)
     values[[3, 7, 11], 1] = [np.nan, np.inf, -np.inf]  # member 1: three steps put back by the guard
     values[5, 2] = 3000.0  # member 2: a single finite value
-    for u in values:
-        monitor._accumulate(state, torch.tensor(u))
-    limit, mean, sd = (t.numpy() for t in monitor._reference(est, state))
+    monitor._accumulate(state, values[:12].T)  # two blocks of steps, (members, steps)
+    monitor._accumulate(state, values[12:].T)
+    limit, mean, sd = monitor._reference(est, state)
     for m in (0, 1):
         finite = values[np.isfinite(values[:, m]), m]
         assert mean[m] == pytest.approx(finite.mean(), rel=1e-12)
@@ -744,3 +743,44 @@ def test_mixture_quantile_converges_in_a_few_newton_steps():
     for q in (0.025, 0.975):
         ref = mixture_quantile(means, stds, q, iterations=200, tol=0.0)
         assert float((mixture_quantile(means, stds, q, iterations=8) - ref).abs().max()) < 1e-8
+
+
+def test_the_divergence_monitor_counts_runs_across_blocks_as_step_by_step():
+    """The monitor reads the steps in blocks; its run lengths (of high potentials, of hot steps) must be those of
+    the per-step rule ``run = (run + 1) * flag``, carried from one block to the next."""
+    from bayesnet.estimators.callbacks import _runs
+
+    rng = np.random.default_rng(0)
+    flags = rng.random((4, 300)) < 0.8
+    run, expected = np.zeros(4, dtype=np.int64), []
+    for t in range(flags.shape[1]):
+        run = (run + 1) * flags[:, t]
+        expected.append(run)
+    carry, got = np.zeros(4, dtype=np.int64), []
+    for lo, hi in ((0, 1), (1, 50), (50, 51), (51, 170), (170, 300)):
+        runs, carry = _runs(flags[:, lo:hi], carry)
+        got.append(runs)
+    assert np.array_equal(np.concatenate(got, axis=1), np.stack(expected, axis=1))
+    # runs of 10 and more occur, some across a block boundary: the carry is exercised
+    assert np.array_equal(carry, run) and np.stack(expected).max() >= 10 and got[2].max() > 1
+
+
+def test_a_fit_pickled_with_the_monitors_device_flags_continues(iris):
+    """Estimators pickled before the divergence monitor read the statistics in blocks kept its flags and sums
+    as device tensors and no read position; continuing one converts them and watches on from where it stands."""
+    X, y = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier((8,), n_chains=2, burn_in=60, n_draws=10, thinning=2, random_state=0).fit(X, y)
+        old = pickle.loads(pickle.dumps(est))
+        state = old.divergence_state_
+        for key in ("bad", "hot_run", "high_run", "ref_sum", "ref_sq", "ref_n"):
+            state[key] = torch.as_tensor(state[key])
+        state["reference"] = tuple(torch.as_tensor(t) for t in state["reference"])
+        del state["processed"]
+        old.set_params(n_draws=15).partial_fit(X, y)
+    state = old.divergence_state_
+    assert isinstance(state["bad"], np.ndarray) and isinstance(state["reference"][0], np.ndarray)
+    assert state["processed"] == old.sampler_state_.step == 60 + 2 * 10 + 2 * 15  # a completed run: 15 more draws
+    assert old.fit_status_["status"] == "complete" and not old.fit_status_["diverged_chains"]
+    assert np.isfinite(state["reference"][1]).all()  # the warm-up's reference survived the conversion

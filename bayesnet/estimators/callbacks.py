@@ -92,8 +92,10 @@ class DivergenceMonitor(Callback):
     poor start may be hot; only a kinetic temperature above ``warmup_temperature_limit`` times the target,
     held for ``warmup_patience`` steps, counts there.
 
-    Flags are accumulated on the device and read every ``check_every`` steps and on every step that stores a
-    draw, so that a step that stores nothing does not synchronise. On a divergence the monitor retires the
+    A step costs the monitor nothing on the device: it reads the per-step statistics the estimator records anyway
+    (``step_stats_``, a ring buffer on the device) in blocks, every ``check_every`` steps and on every step that
+    stores a draw (which reads the device anyway), and computes the flags of the block on the host, step by step
+    as defined above. On a divergence the monitor retires the
     chain's slots in the trace, discarding the draws after the last step at which every member of the chain
     was within ``recover_tolerance`` standard deviations of the warm-up potential and below twice the
     temperature target (the stretch where it was leaving its typical set), and records it in the estimator's
@@ -127,16 +129,21 @@ class DivergenceMonitor(Callback):
         state = getattr(net, "divergence_state_", None)
         if state is None:
             S = net.posterior_.n_members
-            device = net.device_
             state = net.divergence_state_ = {
-                "bad": torch.zeros(3, S, dtype=torch.bool, device=device),  # non-finite, potential, temperature
-                "hot_run": torch.zeros(S, dtype=torch.int64, device=device),
-                "high_run": torch.zeros(S, dtype=torch.int64, device=device),
-                "ref_sum": torch.zeros(S, dtype=torch.float64, device=device),
-                "ref_sq": torch.zeros(S, dtype=torch.float64, device=device),
-                "ref_n": torch.zeros(S, dtype=torch.float64, device=device),  # per member: its finite values
+                "bad": np.zeros((3, S), dtype=bool),  # non-finite, potential, temperature
+                "hot_run": np.zeros(S, dtype=np.int64),
+                "high_run": np.zeros(S, dtype=np.int64),
+                "ref_sum": np.zeros(S), "ref_sq": np.zeros(S),
+                "ref_n": np.zeros(S),  # per member: its finite values
                 "reference": None, "alive": np.ones(net.layout_.chains, dtype=bool),
+                "processed": 0,  # the last step whose statistics have been read
             }
+        elif "processed" not in state:  # pickled before the flags moved to the host: read on from now
+            for key in ("bad", "hot_run", "high_run", "ref_sum", "ref_sq", "ref_n"):
+                state[key] = torch.as_tensor(state[key]).cpu().numpy().copy()
+            if state["reference"] is not None:
+                state["reference"] = tuple(torch.as_tensor(t).cpu().numpy().copy() for t in state["reference"])
+            state["processed"] = int(net.sampler_state_.step)
         return state
 
     @staticmethod
@@ -144,71 +151,91 @@ class DivergenceMonitor(Callback):
         """Forget the potential's reference (a continued fit on new data: the potential's level changes)."""
         state["reference"] = None
         for key in ("ref_sum", "ref_sq", "ref_n"):
-            state[key] = torch.zeros_like(state[key]) if torch.is_tensor(state[key]) else 0
+            state[key] = np.zeros(np.shape(state[key]))
 
     def on_batch_end(self, net, training=False, info=None, step=None, stored=None, nonfinite=None, **kwargs):
         if not training or info is None:
             return
-        sampler_state = net.sampler_state_
         state = self._state(net)
+        self._hyperparameter_terms(net, state, step)
+        if nonfinite is not None and len(nonfinite):
+            state["bad"][0][np.asarray(nonfinite)] = True
+        if (stored or step % self.check_every == 0 or step == net.steps_planned_total_
+                or step - state["processed"] >= net.step_stats_.capacity // 2):
+            self._read(net, state, step)
+            if state["bad"].any():
+                self.check(net, step)
+
+    def _read(self, net, state, step: int) -> None:
+        """Flag the steps recorded since the last read, up to ``step``, as the class docstring defines them."""
+        steps, fields = net.step_stats_.since(state["processed"])
+        state["processed"] = int(step)
+        if not len(steps):
+            return
+        S = net.posterior_.n_members
+        u = fields["potential"].astype(np.float64) + _terms_at(state.get("hyper"), steps, S)  # (S, k)
         burn_in = net.plan_.burn_in
-        u = info.potential.detach().reshape(-1).double() + self._hyperparameter_terms(net, state, step)
-        if step <= burn_in and step > 3 * burn_in // 4:  # the reference: the last quarter of the burn-in (after
-            # the prior's precisions have started to move, at half of it), during a warm-up too
-            self._accumulate(state, u)
+        # the reference: the last quarter of the burn-in (after the prior's precisions have started to move, at
+        # half of it), during a warm-up too
+        window = (steps <= burn_in) & (steps > 3 * burn_in // 4)
+        if window.any():
+            self._accumulate(state, u[:, window])
+        sampler_state = net.sampler_state_
         report = sampler_state.warmup_report
-        if sampler_state.warmup is not None or (report is not None and step <= report["n_steps"]):
-            return  # the sampler's warm-up guards itself: it puts back and slows a member that goes bad
+        # the sampler's warm-up guards itself: it puts back and slows a member that goes bad
+        warm_end = step if sampler_state.warmup is not None else (report["n_steps"] if report is not None else 0)
+        watched = steps > warm_end
+        if not watched.any():
+            return
+        steps, u = steps[watched], u[:, watched]
         bad = state["bad"]
         target = net.sampler_.target_temperature()
-        t_kin = info.kinetic_temperature
-        finite = torch.isfinite(u)
+        t_kin = fields.get("kinetic_temperature")
+        finite = np.isfinite(u)
         if t_kin is not None:
-            t_kin = t_kin.detach().reshape(-1).double()
-            finite = finite & torch.isfinite(t_kin)
+            t_kin = t_kin[:, watched].astype(np.float64)
+            finite &= np.isfinite(t_kin)
         watch_heat = t_kin is not None and bool(target)
-        if step <= burn_in:
-            bad[0] |= ~finite
-            if watch_heat:
-                hot = t_kin > self.warmup_temperature_limit * target
-                state["hot_run"] = torch.where(hot, state["hot_run"] + 1, torch.zeros_like(state["hot_run"]))
-                bad[2] |= state["hot_run"] >= self.warmup_patience
-        else:  # every step after the burn-in: the three flags in one update (a step is mostly launch overhead)
-            ref = state["reference"]
-            if ref is None:
-                ref = state["reference"] = self._reference(net, state)
-            state["high_run"] = (state["high_run"] + 1) * (u > ref[0])  # a run of high values, 0 when not
-            hot = t_kin > self.temperature_tolerance * target if watch_heat else torch.zeros_like(finite)
-            bad |= torch.stack([~finite, (state["high_run"] >= self.potential_patience).expand_as(finite),
-                                hot.expand_as(finite)])
-        if nonfinite is not None and len(nonfinite):
-            bad[0][torch.as_tensor(nonfinite, device=bad.device)] = True
-        if stored or step % self.check_every == 0 or step == net.steps_planned_total_:
-            self.check(net, step)
+        bad[0] |= ~finite.all(axis=1)
+        during = steps <= burn_in
+        with np.errstate(invalid="ignore"):  # NaN compares False; it is flagged as non-finite above
+            if watch_heat and during.any():  # a first kick from a poor start may be hot: only a long hot run counts
+                runs, state["hot_run"] = _runs(t_kin[:, during] > self.warmup_temperature_limit * target,
+                                               state["hot_run"])
+                bad[2] |= (runs >= self.warmup_patience).any(axis=1)
+            after = ~during
+            if after.any():
+                ref = state["reference"]
+                if ref is None:
+                    ref = state["reference"] = self._reference(net, state)
+                runs, state["high_run"] = _runs(u[:, after] > ref[0][:, None], state["high_run"])
+                bad[1] |= (runs >= self.potential_patience).any(axis=1)
+                if watch_heat:
+                    bad[2] |= (t_kin[:, after] > self.temperature_tolerance * target).any(axis=1)
 
     @staticmethod
-    def _hyperparameter_terms(net, state, step):
-        """The prior's hyperparameter terms (:meth:`~bayesnet.posterior.ChainPosterior.hyperparameter_terms`),
-        float64 ``(S,)``, or 0 for a prior without; each new value is remembered with the step it came in at, for
-        :meth:`_last_good_steps`."""
+    def _hyperparameter_terms(net, state, step) -> None:
+        """Remember the prior's hyperparameter terms
+        (:meth:`~bayesnet.posterior.ChainPosterior.hyperparameter_terms`, float64 ``(S,)``) with the step each
+        new value came in at, for :func:`_terms_at`; nothing for a prior without."""
         terms = getattr(net.posterior_, "hyperparameter_terms", None)
         terms = None if terms is None else terms()
         if terms is None:
-            return 0.0
+            return
         history = state.setdefault("hyper", [])
         if not history or history[-1][2] is not terms:
             history.append((int(step), terms.detach().reshape(-1).double(), terms))
             del history[: -_HYPER_HISTORY]
-        return history[-1][1]
 
     @staticmethod
     def _accumulate(state, u) -> None:
-        """Add one step's potentials ``u`` (float64, ``(S,)``) to the reference's sums; each member counts only its
-        finite values (a value the warm-up's guard put back is not part of its typical set)."""
-        finite = torch.isfinite(u)
-        state["ref_sum"] += torch.where(finite, u, 0.0)
-        state["ref_sq"] += torch.where(finite, u * u, 0.0)
-        state["ref_n"] = state["ref_n"] + finite.to(torch.float64)
+        """Add a block of potentials ``u`` (float64, ``(S, k)``) to the reference's sums; each member counts only
+        its finite values (a value the warm-up's guard put back is not part of its typical set)."""
+        finite = np.isfinite(u)
+        clean = np.where(finite, u, 0.0)
+        state["ref_sum"] = state["ref_sum"] + clean.sum(axis=1)
+        state["ref_sq"] = state["ref_sq"] + (clean * clean).sum(axis=1)
+        state["ref_n"] = state["ref_n"] + finite.sum(axis=1)
 
     def _reference(self, net, state) -> tuple:
         """Per member: the potential above which a chain has left its typical set, and the warm-up's mean and
@@ -220,14 +247,12 @@ class DivergenceMonitor(Callback):
         potential of a ``D``-parameter Gaussian by ``(T_max / T - 1) D / 2`` on average and widens its spread by
         ``T_max / T``."""
         S = net.posterior_.n_members
-        device = state["bad"].device
-        n = torch.as_tensor(state["ref_n"], dtype=torch.float64, device=device).expand(S)
+        n = np.broadcast_to(np.asarray(state["ref_n"], dtype=np.float64), (S,))
         few = n < 2  # no warm-up to speak of for that member: only non-finite values and the temperature count
-        mean = state["ref_sum"] / n.clamp_min(1.0)
-        sd = (state["ref_sq"] / n.clamp_min(1.0) - mean * mean).clamp_min(0.0).sqrt().clamp_min(self._floor(net))
-        inf = torch.full((S,), float("inf"), dtype=torch.float64, device=device)
+        mean = state["ref_sum"] / np.maximum(n, 1.0)
+        sd = np.maximum(np.sqrt(np.maximum(state["ref_sq"] / np.maximum(n, 1.0) - mean * mean, 0.0)), self._floor(net))
         limit = self._limit(net, mean, sd, self.potential_tolerance)
-        return torch.where(few, inf, limit), torch.where(few, inf, mean), torch.where(few, inf, sd)
+        return tuple(np.where(few, np.inf, v) for v in (limit, mean, sd))
 
     @staticmethod
     def _floor(net) -> float:
@@ -242,16 +267,16 @@ class DivergenceMonitor(Callback):
         return mean + (heat - 1.0) * D / 2.0 + tol * heat * sd
 
     def check(self, net, step: int) -> None:
-        """Read the accumulated flags (synchronises); retire the chains that diverged."""
+        """Retire the chains whose members were flagged since the last check."""
         state = self._state(net)
-        reasons = state["bad"].cpu().numpy().copy()  # (3, S)
+        reasons = state["bad"].copy()  # (3, S)
         bad = reasons.any(axis=0)
         if not bad.any():
             return
         layout = net.layout_
         M = layout.members_per_chain
         chains = sorted({m // M for m in np.flatnonzero(bad)} & set(np.flatnonzero(state["alive"])))
-        state["bad"].zero_()
+        state["bad"][:] = False
         if not chains:
             return
         why = {0: "a non-finite potential, kinetic temperature or position",
@@ -278,7 +303,7 @@ class DivergenceMonitor(Callback):
         ref = state["reference"]
         if ref is None:
             ref = self._reference(net, state)
-        _, mean, sd = (t.cpu().numpy() for t in ref)
+        _, mean, sd = ref
         hyper = _terms_at(state.get("hyper"), steps, net.posterior_.n_members)  # what the monitor added
         M = net.layout_.members_per_chain
         target = net.sampler_.target_temperature()
@@ -306,6 +331,16 @@ class DivergenceMonitor(Callback):
 #: the hyperparameter terms the divergence monitor remembers (one per Gibbs step: a window of at least the
 #: per-step statistics' 4096 steps at any Gibbs interval)
 _HYPER_HISTORY = 4096
+
+
+def _runs(flags: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths of the runs of consecutive True ending at each step: ``flags`` ``(S, k)``, ``carry`` ``(S,)`` the run
+    each member was on before the block. Returns ``(runs (S, k), the runs after the block (S,))``; per step this
+    is ``run = (run + 1) * flag``."""
+    idx = np.arange(1, flags.shape[1] + 1)
+    last_false = np.maximum.accumulate(np.where(flags, 0, idx), axis=1)  # 0: no False yet in the block
+    runs = np.where(last_false == 0, carry[:, None] + idx, idx - last_false)
+    return runs, runs[:, -1].copy()
 
 
 def _terms_at(history, steps: np.ndarray, n_members: int) -> np.ndarray:
