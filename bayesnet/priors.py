@@ -269,10 +269,15 @@ class HierarchicalPrior(FanInPrior):
         n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
         return ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
 
-    def _energy(self, parameters: Sequence[Tensor], tau: Tensor) -> Tensor:
-        """``-log p(theta | tau) - log p(tau)`` per member, (S,), float64 for the tau terms."""
+    def _scaled_squares(self, parameters: Sequence[Tensor], like: Tensor) -> Tensor:
+        r""":math:`|\theta_k|^2 / c_k` per member and tensor, ``(S, K)``, float64."""
         c = self.variances([p.shape[1:] for p in parameters])
-        sq = squared_norms(parameters).double() / tau.new_tensor(c)
+        return squared_norms(parameters).double() / like.new_tensor(c)
+
+    def _energy(self, parameters: Sequence[Tensor], tau: Tensor, sq: Tensor | None = None) -> Tensor:
+        """``-log p(theta | tau) - log p(tau)`` per member, (S,), float64 for the tau terms; ``sq`` the
+        :meth:`_scaled_squares` when the caller has them."""
+        sq = self._scaled_squares(parameters, tau) if sq is None else sq
         return 0.5 * (tau * sq).sum(1) - self._tau_terms(tau, parameters)
 
     def log_prob(self, parameters: Sequence[Tensor]) -> Tensor:
@@ -349,15 +354,15 @@ class HierarchicalPrior(FanInPrior):
         """
         tau_old = self._tau(parameters).clone()
         c = self.variances([p.shape[1:] for p in parameters])
-        sq = squared_norms(parameters).double() / tau_old.new_tensor(c)
+        sq = self._scaled_squares(parameters, tau_old)  # once: the draw and both energies use it
         n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=sq.device)
         shape = (self.precision_shape + 0.5 * n).expand_as(sq).contiguous()
         rate = self.precision_rate + 0.5 * sq
         tau = rng.gamma(shape) / rate
         tau = torch.where(torch.isfinite(tau) & (tau > 0), tau, tau_old)  # a non-finite chain keeps its own
-        before = self._energy(parameters, tau_old)
+        before = self._energy(parameters, tau_old, sq)
         self.precision = tau
-        delta_value = (self._energy(parameters, tau) - before).to(parameters[0].dtype)
+        delta_value = (self._energy(parameters, tau, sq) - before).to(parameters[0].dtype)
         delta_grad = [p * ((tau[:, k] - tau_old[:, k]).to(p.dtype) / ck).reshape((-1,) + (1,) * (p.ndim - 1))
                       for k, (p, ck) in enumerate(zip(parameters, c))]
         return delta_value, delta_grad
