@@ -445,7 +445,7 @@ def _bayesnet_diagnostics(est, row):
         if key in diag:
             row[col] = diag[key]
     with contextlib.suppress(Exception):
-        row["n_draws"] = est.n_draws_
+        row["n_draws"] = est.n_draws_kept_
 
 
 def run_sklearn(kind, linear, data, scaler, args, row):

@@ -44,7 +44,7 @@ from sklearn.metrics import accuracy_score, log_loss
 from sklearn.model_selection import train_test_split
 
 from bayesnet import (BayesianCNNClassifier, BayesianMLPClassifier, BayesianRNNRegressor, BayesianRNNClassifier,
-                      TakensEmbedding, make_forecasting_windows)
+                      DivergenceError, TakensEmbedding, make_forecasting_windows)
 from bayesnet.datasets import make_chaotic_series
 from bayesnet.metrics import expected_calibration_error, interval_coverage
 
@@ -151,17 +151,31 @@ def classification_row(name, proba, yte, classes, seconds):
 def fit_timed(cls, arch, sampling, seed, Xtr, ytr, task):
     est = cls(**arch, **sampling, random_state=seed)
     t0 = time.perf_counter()
-    est.fit(Xtr, ytr)
+    diverged = ""
+    try:
+        est.fit(Xtr, ytr)
+    except DivergenceError as err:  # the chain is stopped at its first bad step; the draws before it are kept
+        status = est.fit_status_
+        diverged = (f"; DIVERGED at step {err.step} of {status['steps_planned']}: "
+                    f"{', '.join(c['reason'] for c in status['diverged_chains'].values())}; "
+                    f"evaluated on the draws kept before it")
     fit_s = time.perf_counter() - t0
     diag = est.diagnostics_
-    step = f"step_size={est.sampler_.step_size:g}, " if hasattr(est.sampler_, "step_size") else ""
+    step_size = getattr(est.sampler_, "step_size", None)
+    step = "" if step_size is None else f"step_size={step_size:g}, " if not isinstance(step_size, str) else \
+        f"step_size={step_size}, "  # "auto": set by the warm-up (pt-langevin: per ladder slot, printed below)
     if "kinetic_temperature" in diag:
         health = f"kinetic temperature {diag['kinetic_temperature']:.3f}"
-    else:
-        health = (f"acceptance {np.nanmean(diag.get('replica_acceptance_rates', [np.nan])):.2f}, swap rate "
+    elif "replica_acceptance_rates" in diag:
+        health = (f"acceptance {np.mean(diag['replica_acceptance_rates']):.2f}, swap rate "
                   f"{diag.get('swap_rate', np.nan):.2f}")
+        if "replica_step_sizes" in diag:
+            health += (f", adapted step sizes {min(diag['replica_step_sizes']):.3g}-"
+                       f"{max(diag['replica_step_sizes']):.3g}")
+    else:
+        health = "no step statistics"  # a diverged chain's run has none
     print(f"\n== {task}: {len(Xtr)} train rows, {cls.__name__}({arch}), {est.sampler_.name} {step}"
-          f"prior_scale={est.prior_scale}, {diag['n_steps']} steps, {est.n_draws_} draws; {health}")
+          f"prior_scale={est.prior_scale}, {diag['n_steps']} steps, {est.n_draws_kept_} draws; {health}{diverged}")
     return est, fit_s
 
 
@@ -170,8 +184,13 @@ def run(task, seed, threads):
     Xtr, ytr, Xte, yte = load()
     samplings = samplings if isinstance(samplings, list) else [samplings]
     fits = [fit_timed(cls, arch, sampling, seed, Xtr, ytr, task) for sampling in samplings]
+    fits = [(fitted, fit_s) for fitted, fit_s in fits if fitted.n_draws_kept_ > 0]  # a chain that diverged at once
+    if not fits:
+        print(f"-- {task}: no draws kept, nothing to evaluate")
+        return
     est = fits[0][0]
-    steps = est.diagnostics_["n_steps"]
+    status = est.fit_status_  # AdamW gets the sampler's steps; those it had planned when its chain diverged
+    steps = status["steps_planned"] if status["status"] == "diverged" else est.diagnostics_["n_steps"]
     print(f"-- {len(Xte)} test rows")
     if hasattr(est, "classes_"):
         for fitted, fit_s in fits:

@@ -32,7 +32,7 @@ estimator
 predict
     ``--predict-draws`` posterior draws (default 200) on ``--predict-rows``
     rows (default 1000) without autograd, in the row and draw blocks the
-    estimators use (``BayesianNeuralNet._block_shape``: one draw per block at
+    estimators use (``PosteriorPredictive.block_shape``: one draw per block at
     this size), by the fused kernel (a loop over draws) and by the batched
     cells.
 grid (``--grid``)
@@ -61,10 +61,12 @@ import argparse
 import functools
 import statistics
 import time
+import warnings
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from sklearn.exceptions import ConvergenceWarning
 from torch import nn
 
 from bayesnet.likelihoods import CategoricalLikelihood
@@ -168,7 +170,7 @@ def step_table(cell, chains, rounds, clock):
                                               kernel), CategoricalLikelihood(), GaussianPrior(1.0), N_DATA, members)
             gen = torch.Generator().manual_seed(0)
             state = sampler.init(posterior.parameters, gen, n_chains=S)
-            variants[kernel] = functools.partial(sampler.step, state, posterior, (X, y), gen)
+            variants[kernel] = functools.partial(sampler.step, state, posterior, (X, y))
         refs = [reference_module(cell) for _ in range(S)]
 
         def peer():
@@ -193,20 +195,21 @@ def estimator_step(cell, steps, clock):
     est = BayesianRNNClassifier(cell=cell, batch_size=BATCH, n_draws=max(1, steps // 2), burn_in=steps // 2,
                                 thinning=1, random_state=0)
     t0 = clock()
-    est.fit(X, y)
+    with warnings.catch_warnings():  # a run this short cannot settle its warm-up: it is only timed
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
     return (clock() - t0) / est.diagnostics_["n_steps"]
 
 
 def predict_table(cell, n_draws, n_rows, rounds, clock):
-    from bayesnet import BayesianRNNClassifier
+    from bayesnet.predictive import PosteriorPredictive
 
     torch.manual_seed(0)
     net = RNN(FEATURES, CLASSES, HIDDEN, dense_layer_sizes=DENSE, cell=cell)
     draws = [torch.stack([p.detach() + 0.01 * torch.randn_like(p) for _ in range(n_draws)]) for p in net.parameters()]
     X = torch.randn(n_rows, STEPS, FEATURES)
-    est = BayesianRNNClassifier()
-    est.device_ = torch.device("cpu")
-    block_draws, block_rows = est._block_shape(n_draws, n_rows, net.activations_per_row((STEPS, FEATURES)))
+    predictive = PosteriorPredictive(net, [n for n, _ in net.named_parameters()], draws, "cpu")
+    block_draws, block_rows = predictive.block_shape(n_rows, predictive.activations_per_row((STEPS, FEATURES)))
 
     def predict(kernel, n_draws=n_draws):
         with torch.no_grad():

@@ -32,28 +32,52 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from bayesnet import BayesianMLPClassifier
-from bayesnet.estimators.base import TensorBatchIterator
+from bayesnet import BayesianMLPClassifier, DivergenceError
 from bayesnet.estimators.mlp import MLP
+from bayesnet.estimators.run import PlannedBatches
 
 torch.set_num_threads(1)
 
 
-class PermutedLabelIterator(TensorBatchIterator):
-    """Mini-batches in which a ``fraction`` of the labels is randomly permuted anew at every epoch."""
+def permute_labels(y, fraction, generator):
+    """A copy of ``y`` in which a random ``fraction`` of the rows have had their labels permuted among them.
 
-    def __init__(self, dataset, batch_size, shuffle=False, generator=None, drop_last=False, fraction=0.0):
-        super().__init__(dataset, batch_size, shuffle=shuffle, generator=generator, drop_last=drop_last)
+    The rows are drawn, then their labels shuffled among themselves, both from ``generator``; ``fraction=0``
+    returns ``y`` itself and draws nothing.
+    """
+    if fraction <= 0:
+        return y
+    n = len(y)
+    y = y.clone()
+    idx = torch.randperm(n, generator=generator)[: int(round(fraction * n))]
+    y[idx] = y[idx[torch.randperm(len(idx), generator=generator)]]
+    return y
+
+
+class PermutedLabelIterator(PlannedBatches):
+    """The estimators' mini-batch stream with a ``fraction`` of the labels permuted anew at every epoch.
+
+    At the start of each epoch (when :class:`PlannedBatches` is about to draw a new order) the labels are
+    permuted from the original ones with the net's data generator, so that ``random_state`` reproduces them;
+    they are kept on the net (``permuted_labels_``) so that a fit resumed mid-epoch keeps the epoch's labels.
+    """
+
+    def __init__(self, dataset, batch_size, net=None, shuffle=True, fraction=0.0):
+        super().__init__(dataset, batch_size, net=net, shuffle=shuffle)
         self.fraction = fraction
-        self.original = self.tensors[1].clone()
+        self.original = self.tensors[1]
 
     def __iter__(self):
-        if self.fraction > 0:
-            y = self.original.clone()
-            idx = torch.randperm(self.n, generator=self.generator)[: int(round(self.fraction * self.n))]
-            y[idx] = y[idx[torch.randperm(len(idx), generator=self.generator)]]
-            self.tensors = (self.tensors[0], y)
-        return super().__iter__()
+        net = self.net
+        if net.steps_remaining_ <= 0:  # the budget is spent: no batches, no new labels
+            return
+        cursor = getattr(net, "batch_cursor_", None)
+        new_epoch = cursor is None or cursor[1] >= self.n or len(cursor[0]) != self.n  # PlannedBatches' test
+        y = getattr(net, "permuted_labels_", None)
+        if new_epoch or y is None or len(y) != self.n:
+            y = net.permuted_labels_ = permute_labels(self.original, self.fraction, net.data_generator_)
+        self.tensors = (self.tensors[0], y)
+        yield from super().__iter__()
 
 
 def fit_sampler(name, step_size, Xtr, ytr, epochs, fraction, seed):
@@ -67,23 +91,29 @@ def fit_sampler(name, step_size, Xtr, ytr, epochs, fraction, seed):
 
 
 def fit_optimiser(name, setting, Xtr, ytr, epochs, fraction, seed):
+    """Adam or momentum SGD for ``epochs`` epochs of batch 128: every epoch permutes the labels as
+    :class:`PermutedLabelIterator` does, then visits the rows in a fresh random order."""
     lr, weight_decay = setting
     torch.manual_seed(seed)
     net = MLP(Xtr.shape[1], (100,), int(ytr.max()) + 1, "relu")
     opt = (torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay) if name == "adam"
            else torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay))
     X, y = torch.as_tensor(Xtr), torch.as_tensor(ytr)
-    it = PermutedLabelIterator(torch.utils.data.TensorDataset(X, y), 128, shuffle=True,
-                               generator=torch.Generator().manual_seed(seed), fraction=fraction)
+    generator = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
-        for xb, yb in it:
+        labels = permute_labels(y, fraction, generator)
+        order = torch.randperm(len(X), generator=generator)
+        for lo in range(0, len(X), 128):
+            idx = order[lo:lo + 128]
             opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(xb), yb).backward()
+            torch.nn.functional.cross_entropy(net(X[idx]), labels[idx]).backward()
             opt.step()
     return net
 
 
 def accuracy(model, X, y):
+    if model is None:
+        return float("nan")  # a sampler run that diverged (DivergenceError)
     if not isinstance(model, torch.nn.Module) and len(model.trace_) == 0:
         return float("nan")  # a tacthmc run that never returned to unit temperature
     if isinstance(model, torch.nn.Module):
@@ -104,9 +134,14 @@ def fmt(setting) -> str:
 
 
 def run(name, value, Xtr, ytr, epochs, fraction, seed):
+    """The fitted sampler or optimised network; None for a sampler whose chain diverged (its step size is too
+    large: the estimator raises DivergenceError when every chain has diverged, and keeps no draws)."""
     if name in ("adam", "momentum SGD"):
         return fit_optimiser("adam" if name == "adam" else "sgd", value, Xtr, ytr, epochs, fraction, seed)
-    return fit_sampler(name, value, Xtr, ytr, epochs, fraction, seed)
+    try:
+        return fit_sampler(name, value, Xtr, ytr, epochs, fraction, seed)
+    except DivergenceError:
+        return None
 
 
 def main():
@@ -143,7 +178,9 @@ def main():
         for fraction in (0.0, 0.2, 0.3):
             model = run(name, best[name], Xtr, ytr, args.epochs, fraction, args.seed)
             row.append(100 * accuracy(model, Xte, yte))
-            if name == "tacthmc":
+            if model is None:
+                notes += f"[{fraction:.0%}: diverged] "
+            elif name == "tacthmc":
                 notes += f"[{len(model.trace_)} draws, plateau {model.diagnostics_['plateau_fraction']:.0%}] "
         notes += f"{time.perf_counter() - t:.0f}s"
         print(f"{name:13s} {fmt(best[name]):>14s} " + " ".join(f"{a:7.2f}" for a in row) + f"   {notes}", flush=True)

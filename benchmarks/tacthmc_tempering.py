@@ -29,8 +29,10 @@ from bayesnet import BayesianMLPClassifier
 def run(eta_xi, n_steps: int, seed: int = 0) -> None:
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X).astype(np.float32)
+    # the step size given, as the paper's unpreconditioned step (its default is now "auto", set by a warm-up)
     est = BayesianMLPClassifier(sampler="tacthmc", hidden_layer_sizes=(16,), prior_scale=0.5, batch_size=64,
-                                random_state=seed, max_epochs=1, burn_in=0, sampler__tempering_step_size=eta_xi)
+                                random_state=seed, max_epochs=1, burn_in=0, sampler__step_size=1e-4,
+                                sampler__tempering_step_size=eta_xi)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y)  # builds the posterior and the chain (one epoch)
@@ -56,6 +58,7 @@ def run(eta_xi, n_steps: int, seed: int = 0) -> None:
             print(f"  step {k:7d}: at unit temperature {np.mean(plateau[-window:]):5.3f}  "
                   f"|xi| {np.mean(xi_abs[-window:]):4.2f}  U {np.mean(potential[-window:]):8.0f}")
     _, _, visits = sampler.bias_profile(state)
+    visits = visits.reshape(-1, visits.shape[-1]).sum(0)  # the estimator's state has a chain axis (one chain)
     print(f"  overall fraction at unit temperature {np.mean(plateau):.3f} (ideal {sampler.expected_plateau_fraction:.2f}); "
           f"{time.perf_counter() - t0:.0f} s")
     print("  xi histogram over the bins [-5/3, 5/3]:", " ".join(f"{v:.3f}" for v in (visits / visits.sum()).tolist()))
