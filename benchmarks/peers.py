@@ -351,7 +351,21 @@ def ours_potential(target, device: str):
     init = [torch.tensor(a, device=device) for a in target.init]
     if target.kind == "gaussian":
         inv_var = 1.0 / target.sigma**2
-        return FunctionPotential(lambda ps, batch: 0.5 * inv_var * (ps[0] * ps[0]).sum(1), init)
+
+        def potentials(ps, X=None, y=None, factors=None, offset=None):
+            return 0.5 * inv_var * (ps[0] * ps[0]).sum(1)
+
+        class GaussianPotential(FunctionPotential):
+            """With the pure form a compiled transition differentiates (``ChainPosterior.functional``'s
+            signature; no data and no prior terms)."""
+
+            def functional(self):
+                return potentials
+
+            def prior_form(self):
+                return [], torch.zeros((), device=device)
+
+        return GaussianPotential(lambda ps, batch: potentials(ps), init)
     from bayesnet.likelihoods import CategoricalLikelihood
     from bayesnet.networks import MLP
     from bayesnet.priors import GaussianPrior
@@ -431,7 +445,7 @@ def ours_estimator_fn(sampler: str, hyper: dict, workload: Workload, n_chains: i
     t0 = clock()
     est.fit(X, y)
     total = clock() - t0
-    return {"epoch_s": list(timer.epochs), "epoch_steps": [len(e["batches"]) for e in est.history_],
+    return {"epoch_s": list(timer.epochs), "epoch_steps": [e.get("train_batch_count", 0) for e in est.history_],
             "total_s": total}
 
 
@@ -558,7 +572,10 @@ class TorchLoop:
             while True:
                 yield from self.pool
 
-        generator = torch.Generator(device=device).manual_seed(seed)
+        from bayesnet.samplers import ChainRandom
+
+        # the streams our kernel draws from (OursKernel: ChainRandom(seed, n_chains)): the same noise, step for step
+        generator = ChainRandom(seed, target.n_chains, device)
         self.loop = HandWrittenLoop.from_parts(sampler, params, value_grad, batches(), generator, **hyper)
 
     def run(self, n):
@@ -896,7 +913,7 @@ def run_worker(args) -> list:
                         data = make_data(workload, args.n_data)
                     out = ours_estimator_fn(sampler, hyper, workload, chains, *data, args.estimator_epochs,
                                             args.device, 0, clock)
-                    per_step = [s / n for s, n in zip(out["epoch_s"], out["epoch_steps"])]
+                    per_step = [s / n for s, n in zip(out["epoch_s"], out["epoch_steps"]) if n]
                     timed = per_step[1:] or per_step  # the first epoch is the warm-up
                     step = statistics.median(timed)
                     rec.update(step_s=step, blocks_s=timed, first_s=per_step[0],

@@ -36,9 +36,11 @@ SGD
     compare a Bayesian fit against.
 
 Every variant draws its batches from its own
-``TensorBatchIterator(TensorDataset(X, y), batch_size=128, shuffle=True,
-generator=torch.Generator().manual_seed(0))``, cycled over epochs, so batch
-creation (a shuffled ``index_select``) is part of every step.
+``ShuffledBatches(X, y, batch_size=128, generator=torch.Generator().manual_seed(0))``
+(a fresh permutation per epoch, batches by ``index_select``, as the
+estimators' ``PlannedBatches`` makes them), cycled over epochs, so batch
+creation is part of every step. The estimator draws its own permutations
+from ``random_state``.
 
 Why
 ---
@@ -58,7 +60,10 @@ ratio formed *within* each round, so that a slow stretch of the machine
 affects numerator and denominator alike. Chains continue across rounds. Before
 timing, the kernel and the hand-written loop are run from the same start on
 the same batches and noise for a few steps to check that they compute the
-same update (the difference printed should be 0 or a rounding error).
+same update (the difference printed should be 0 or a rounding error):
+sgld, sghmc and sgnht, whose loops draw every number from the kernels' own
+per-chain streams (``ChainRandom``); the loops of baoab, hmc and tacthmc
+draw their decisions from a plain generator and are timed, not compared.
 
 HMC's step is a whole trajectory (on average LEAPFROG leapfrog steps plus the
 gradient at its start, all on one batch), so its ratio to one SGD step is about
@@ -109,11 +114,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import bayesnet
-from bayesnet.estimators.base import TensorBatchIterator
 from bayesnet.likelihoods import CategoricalLikelihood
 from bayesnet.posterior import Posterior
 from bayesnet.priors import GaussianPrior
-from bayesnet.samplers import make_sampler
+from bayesnet.samplers import ChainRandom, make_sampler
 
 N_ROWS, N_FEATURES, N_HIDDEN, N_CLASSES = 4096, 784, 100, 10
 BATCH_SIZE = 128
@@ -153,9 +157,23 @@ def make_network() -> nn.Sequential:
         return nn.Sequential(nn.Linear(N_FEATURES, N_HIDDEN), nn.ReLU(), nn.Linear(N_HIDDEN, N_CLASSES))
 
 
-def make_iterator(X, y) -> TensorBatchIterator:
-    return TensorBatchIterator(torch.utils.data.TensorDataset(X, y), batch_size=BATCH_SIZE, shuffle=True,
-                               generator=torch.Generator().manual_seed(0))
+class ShuffledBatches:
+    """Mini-batches of ``(X, y)``: a fresh permutation from ``generator`` every epoch, batches by
+    ``index_select``, the last one short when ``batch_size`` does not divide the rows (as the estimators'
+    :class:`~bayesnet.estimators.run.PlannedBatches` makes them)."""
+
+    def __init__(self, X, y, batch_size: int, generator: torch.Generator):
+        self.X, self.y, self.batch_size, self.generator = X, y, batch_size, generator
+
+    def __iter__(self):
+        order = torch.randperm(len(self.X), generator=self.generator)
+        for lo in range(0, len(order), self.batch_size):
+            idx = order[lo:lo + self.batch_size]
+            yield self.X.index_select(0, idx), self.y.index_select(0, idx)
+
+
+def make_iterator(X, y) -> ShuffledBatches:
+    return ShuffledBatches(X, y, BATCH_SIZE, torch.Generator().manual_seed(0))
 
 
 def cycle(iterator):
@@ -187,12 +205,12 @@ class KernelLoop:
         self.module = make_network()
         self.posterior = Posterior(self.module, CategoricalLikelihood(), GaussianPrior(PRIOR_SCALE), n_data=len(X))
         self.sampler = make_sampler(name, **sampler_params(name))
-        self.gen = torch.Generator().manual_seed(1)
+        self.gen = stream(name)
         self.state = self.sampler.init(self.posterior.parameters, self.gen)
         self.batches = cycle(make_iterator(X, y))
 
     def run(self, n_steps: int) -> float:
-        sampler, state, posterior, gen, batches = self.sampler, self.state, self.posterior, self.gen, self.batches
+        sampler, state, posterior, batches = self.sampler, self.state, self.posterior, self.batches
         t0 = clock()
         for _ in range(n_steps):
             state, info = sampler.step(state, posterior, next(batches))
@@ -220,7 +238,7 @@ class HandWrittenLoop:
             return loss.detach(), torch.autograd.grad(loss, params)
 
         self._setup(name, list(module.parameters()), value_grad, cycle(make_iterator(X, y)),
-                    torch.Generator().manual_seed(1))
+                    stream(name))
 
     @classmethod
     def from_parts(cls, name, params, value_grad, batches, generator, *, step_size, temperature=1.0,
@@ -238,8 +256,10 @@ class HandWrittenLoop:
         value_grad : callable
             ``value_grad(X, y) -> (U, grads)``, ``U`` summed over chains.
         batches : iterator of (X, y)
-        generator : torch.Generator
-            On the parameters' device.
+        generator : torch.Generator or bayesnet.samplers.ChainRandom
+            On the parameters' device. A ``ChainRandom`` (one stream per chain, ``n_chains`` the leading axis
+            of ``params`` when above 1) gives every draw, the initial momenta included, exactly as our kernels
+            take it from the same streams, so that the loop and the kernel can be compared step for step.
         step_size, temperature, friction, noise : float
             As :func:`bayesnet.samplers.make_sampler` takes them.
 
@@ -270,15 +290,14 @@ class HandWrittenLoop:
             self.noise_std = math.sqrt(2.0 * step_size * temperature)
             self.momentum = None
         elif name == "sghmc":
-            # same initial momentum draw as SGHMC.init: one flat randn, split, scaled
+            # same initial momentum draw as SGHMC.init: one standard normal per coordinate, scaled
             self.noise_std = math.sqrt(2.0 * friction * step_size * temperature)
             self.decay = 1.0 - friction
             std0 = math.sqrt(step_size * temperature)
-            flat = torch.randn(self.n_params, generator=self.gen, **like)
-            self.momentum = [c.view_as(p).mul_(std0) for c, p in zip(flat.split(self.sizes), self.params)]
+            self.momentum = [m.mul_(std0) for m in self._noise()]
         elif name in ("sgnht", "baoab", "hmc"):
             std0 = math.sqrt(step_size * temperature) if name == "sgnht" else math.sqrt(TEMPERATURE)
-            self.flat = torch.randn(self.n_params, generator=self.gen, **like).mul_(std0)
+            self.flat = self._flat_noise(**like).mul_(std0)
             self.momentum = [c.view_as(p) for c, p in zip(self.flat.split(self.sizes), self.params)]
             self.thermostat = noise
             self.grad = None
@@ -295,9 +314,24 @@ class HandWrittenLoop:
         else:
             raise ValueError(f"no hand-written loop for sampler {name!r}")
 
+    def _flat_noise(self, device=None, dtype=None):
+        """``n_params`` standard normal numbers: one ``randn``, or a ``ChainRandom``'s block (one chain, flat)."""
+        if isinstance(self.gen, ChainRandom):
+            if self.gen.n_chains != 1:
+                raise ValueError("a flat buffer of noise is one chain's")
+            return self.gen.normal(self.n_params, dtype or torch.float32).reshape(-1).clone()
+        return torch.randn(self.n_params, generator=self.gen, device=device, dtype=dtype)
+
     def _noise(self):
+        """Standard normal noise shaped like the parameters (chain-major from a ``ChainRandom``'s streams, as the
+        kernels lay out their noise: chain ``c``'s numbers fill its slice of every tensor, in tensor order)."""
         first = self.params[0]
-        flat = torch.randn(self.n_params, generator=self.gen, device=first.device, dtype=first.dtype)
+        if isinstance(self.gen, ChainRandom) and self.gen.n_chains > 1:
+            C = self.gen.n_chains
+            block = self.gen.normal(self.n_params // C, first.dtype)  # (C, D / C)
+            sizes = [p[0].numel() for p in self.params]
+            return [c.reshape(p.shape) for c, p in zip(block.split(sizes, dim=1), self.params)]
+        flat = self._flat_noise(first.device, first.dtype)
         return [c.view_as(p) for c, p in zip(flat.split(self.sizes), self.params)]
 
     def _value_grad(self, X, y):
@@ -441,14 +475,12 @@ def make_estimator(name: str, n_steps: int) -> bayesnet.BayesianMLPClassifier:
     return bayesnet.BayesianMLPClassifier(
         hidden_layer_sizes=(N_HIDDEN,), sampler=name, batch_size=BATCH_SIZE, burn_in=n_steps - 1, n_draws=1,
         thinning=1, prior_scale=PRIOR_SCALE, random_state=0,
-        # the same batch order as the other variants (by default it is seeded from random_state)
-        iterator_train__generator=torch.Generator().manual_seed(0),
         **{f"sampler__{k}": v for k, v in sampler_params(name).items()},
     )
 
 
 def steps_run(est) -> int:
-    return sum(len(epoch["batches"]) for epoch in est.history_)
+    return int(est.fit_status_["steps_taken"])
 
 
 class EstimatorFit:
@@ -472,6 +504,17 @@ VARIANTS = (("kernel", KernelLoop), ("estimator", EstimatorFit), ("hand", HandWr
 # --------------------------------------------------------------------------- #
 # checks, timing, report
 # --------------------------------------------------------------------------- #
+#: the samplers whose hand-written loop draws every number from the kernel's own streams (``ChainRandom``), so
+#: that the two can be compared step for step; the others' loops draw their decisions (trajectory lengths,
+#: acceptances, tacthmc's scalar kicks) from a plain generator, and are timed but not compared
+SAME_STREAMS = ("sgld", "sghmc", "sgnht")
+
+
+def stream(name: str):
+    """The random source of the kernel and of the hand-written loop for ``name`` (the same one for both)."""
+    return ChainRandom(1, 1) if name in SAME_STREAMS else torch.Generator().manual_seed(1)
+
+
 def check_same_update(name, X, y, n_steps: int = 10) -> float:
     """Max |theta_kernel - theta_hand| after ``n_steps`` from the same start, batches and noise."""
     kernel, hand = KernelLoop(name, X, y), HandWrittenLoop(name, X, y)
@@ -596,8 +639,11 @@ def main(argv=None) -> int:
         print(f"WARNING: 1-minute load average is {load:.1f} on {os.cpu_count()} CPUs; other processes "
               f"competing for the cores inflate and scatter the timings (OpenMP threads spin).")
     for s in args.samplers:
-        print(f"same-update check {s}: max|theta_kernel - theta_hand| after 10 steps = "
-              f"{check_same_update(s, X, y):.2e}")
+        if s in SAME_STREAMS:
+            print(f"same-update check {s}: max|theta_kernel - theta_hand| after 10 steps = "
+                  f"{check_same_update(s, X, y):.2e}")
+        else:
+            print(f"same-update check {s}: not compared (its loop draws its decisions from another stream)")
 
     t0 = time.perf_counter()
     raw, n_est = time_all(args.samplers, X, y, args.steps, args.estimator_steps, args.repeats, args.warmup)

@@ -130,7 +130,8 @@ class CompiledTransition:
         """One step of the frozen kernel (the prior's Gibbs step first, as in :meth:`Sampler.step`)."""
         self.sampler.gibbs_step(state, potential)
         inputs = self.sampler.transition_inputs(state, potential, batch)
-        shape = tuple(tuple(b.shape) for b in batch) if isinstance(batch, (tuple, list)) else None
+        shape = (tuple(None if b is None else tuple(b.shape) for b in batch) if isinstance(batch, (tuple, list))
+                 else None)  # (a potential without data takes (None, None))
         first = shape not in self._shapes and self.fallback is None
         start = time.perf_counter()
         try:
