@@ -207,7 +207,7 @@ class KernelLoop:
         self.module = make_network()
         self.posterior = Posterior(self.module, CategoricalLikelihood(), GaussianPrior(PRIOR_SCALE), n_data=len(X))
         self.sampler = make_sampler(name, **sampler_params(name))
-        self.gen = stream(name)
+        self.gen = stream()
         self.state = self.sampler.init(self.posterior.parameters, self.gen)
         self.batches = cycle(make_iterator(X, y))
 
@@ -248,7 +248,7 @@ class HandWrittenLoop:
                 + 0.5 * sum((p * p).sum() for p in params) / PRIOR_SCALE**2
             return loss.detach(), torch.autograd.grad(loss, params)
 
-        self._setup(name, list(module.parameters()), value_grad, cycle(make_iterator(X, y)), stream(name),
+        self._setup(name, list(module.parameters()), value_grad, cycle(make_iterator(X, y)), stream(),
                     **sampler_params(name))
 
     @classmethod
@@ -528,9 +528,9 @@ SAME_UPDATE_TOLERANCE = 1e-5
 SAME_UPDATE_STEPS = 10
 
 
-def stream(name: str) -> ChainRandom:
-    """The random streams of the kernel and of the hand-written loop for ``name``: built alike (one chain,
-    seed :data:`SEED`), so that both draw the same numbers."""
+def stream() -> ChainRandom:
+    """The random streams of a kernel and of its hand-written loop: built alike (one chain, seed :data:`SEED`),
+    so that both draw the same numbers."""
     return ChainRandom(SEED, 1)
 
 

@@ -163,8 +163,7 @@ class DivergenceMonitor(Callback):
         if (stored or step % self.check_every == 0 or step == net.steps_planned_total_
                 or step - state["processed"] >= net.step_stats_.capacity // 2):
             self._read(net, state, step)
-            if state["bad"].any():
-                self.check(net, step)
+            self.check(net, step)
 
     def _read(self, net, state, step: int) -> None:
         """Flag the steps recorded since the last read, up to ``step``, as the class docstring defines them."""
