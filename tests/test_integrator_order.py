@@ -61,3 +61,23 @@ def test_baoab_configurational_average_is_exact_for_harmonic():
     _, conf = averages("BAOAB", 0.7)
     _, conf_gla1 = averages("GLA1", 0.7)
     assert abs(conf - 1.0) < 0.01 < abs(conf_gla1 - 1.0)
+
+
+@pytest.mark.parametrize("name", ["baoab", "eqn"])
+@pytest.mark.parametrize("friction_step", [1e-2, 1e-4, 1e-6])
+def test_o_step_noise_scale_keeps_float32_precision_at_small_friction_times_step(name, friction_step):
+    """The O step's noise ``sqrt((1 - exp(-2 gamma h)) T)`` from ``-expm1``: ``1 - a*a`` in float32 cancels.
+
+    At gamma h = 1e-6 the cancelling form is off by 7e-3 relative (1e-4 at gamma h = 1e-4), which heats or
+    cools a weakly damped chain; the reference is the same expression in float64.
+    """
+    step_size, temperature = 1e-2, 0.7
+    friction = friction_step / step_size
+    pot = FunctionPotential(lambda params, batch: 0.5 * (params[0] ** 2).sum(), [torch.zeros(8)])
+    sampler = make_sampler(name, step_size=step_size, friction=friction, temperature=temperature)
+    state = sampler.init(pot.parameters, torch.Generator().manual_seed(0))
+    state, _ = sampler.step(state, pot, None)
+    noise = state.derived("scales", lambda: pytest.fail("the step did not cache its scales"))["noise"]
+    reference = np.sqrt(-np.expm1(-2.0 * friction_step) * temperature)
+    relative = np.abs(torch.as_tensor(noise, dtype=torch.float64).numpy() / reference - 1.0).max()
+    assert relative < 1e-6, relative
