@@ -4,7 +4,8 @@ Benchmarks are scripts, not tests, so nothing exercised them when the library's 
 (``table1.py``, ``step_overhead.py``, and through it ``peers.py``'s hand-written loop) imported an iterator
 that no longer existed, and ``peers.py --check`` compared our kernel with a hand-written loop that no longer
 drew the same noise. The default run imports every script (their module-level code runs, ``main`` does not);
-the slow run also runs the correctness checks of ``peers.py`` on its small workload.
+``step_overhead.py --check`` (seconds) runs by default, and the slow run also runs the correctness checks of
+``peers.py`` on its small workload.
 """
 
 from __future__ import annotations
@@ -46,3 +47,12 @@ def test_the_peers_correctness_checks_pass():
     result = _run("import sys, peers; sys.exit(peers.main(['--check', '--workloads', 'mlp30']))", timeout=1200)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "FAIL" not in result.stdout and "PASS" in result.stdout
+
+
+def test_the_step_overhead_same_update_checks_pass():
+    """``step_overhead.py --check``: each of the six kernels (sgld, sghmc, sgnht, baoab, hmc, tacthmc) takes the
+    same ten steps as its hand-written torch loop from the same streams, so the overhead the script reports is
+    measured against the same update (a few seconds)."""
+    result = _run("import sys, step_overhead; sys.exit(step_overhead.main(['--check']))", timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "FAIL" not in result.stdout and result.stdout.count("PASS") == 6, result.stdout[-4000:]
