@@ -256,7 +256,11 @@ class ChainPosterior:
         """``-(N/|S|) log p(y|x, theta_s, phi_s) - log p(phi_s)`` of every member through the batched forms."""
         lik_params = self.parameters[len(self.net_names):]
         log_lik = self.likelihood.log_likelihood_chains(self.outputs(X), y, lik_params)
-        return -(self.n_data / y.shape[0]) * log_lik - self.likelihood.log_prior_chains(lik_params)
+        u = -(self.n_data / y.shape[0]) * log_lik
+        log_prior_phi = self.likelihood.log_prior_chains(lik_params)
+        # a likelihood without parameters (categorical) has a prior of 0.0: no tensor operation (and no backward
+        # node) for it; a step is mostly per-operation overhead on small networks
+        return u if isinstance(log_prior_phi, float) and log_prior_phi == 0.0 else u - log_prior_phi
 
     def value(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """The ``S`` mini-batch potentials, shape ``(S,)`` (differentiable)."""

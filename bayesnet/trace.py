@@ -70,6 +70,9 @@ class Trace:
         Slots that still accept draws (False once retired).
     discarded_per_slot : ndarray of int, shape (n_slots,)
         Draws removed by :meth:`retire`.
+    last_due : int
+        Slots that were due for storage at the last :meth:`offer` (stored, or refused as not finite): 0 when
+        it stored nothing, which an estimator's step reads instead of counting the kept draws.
     """
 
     def __init__(self, n_draws: int, burn_in: int = 0, thinning: int = 1, n_slots: int = 1,
@@ -91,6 +94,7 @@ class Trace:
         self.kept_per_slot = np.zeros(self.n_slots, dtype=np.int64)
         self.discarded_per_slot = np.zeros(self.n_slots, dtype=np.int64)
         self.active = np.ones(self.n_slots, dtype=bool)
+        self.last_due = 0
         # every slot active and a candidate at every step so far: n_candidates are all equal, and a step that
         # stores nothing costs one increment (a step is mostly overhead on small networks)
         self._lockstep = True
@@ -138,6 +142,7 @@ class Trace:
             The slots whose position was due for storage but not finite (nothing stored for them; the caller
             decides what a diverged chain means). Empty normally.
         """
+        self.last_due = 0
         if step <= self.burn_in:
             return np.empty(0, dtype=np.int64)
         if is_draw is True and self.__dict__.get("_lockstep", False):
@@ -157,6 +162,7 @@ class Trace:
             slots = np.nonzero(store)[0]
             if slots.size == 0:
                 return np.empty(0, dtype=np.int64)
+        self.last_due = int(slots.size)
         with torch.no_grad():
             if not self.shapes:
                 self.shapes = [p.shape[1:] if self.chain_axis else p.shape for p in position]
@@ -347,6 +353,7 @@ class Trace:
         n_slots = state["n_slots"]
         state.setdefault("active", np.ones(n_slots, dtype=bool))
         state.setdefault("discarded_per_slot", np.zeros(n_slots, dtype=np.int64))
+        state.setdefault("last_due", 0)
         self.__dict__.update(state)
 
     def __len__(self) -> int:

@@ -157,8 +157,12 @@ def test_a_trace_stores_the_same_draws_on_its_lockstep_path():
     for step in range(1, 40):
         pos = [torch.arange(6.0).reshape(3, 2) + step]
         stats = {"potential": torch.tensor([1.0, 2.0, 3.0]) * step}
+        kept_before = fast.kept_per_slot.copy(), slow.kept_per_slot.copy()
         fast.offer(step, pos, stats, True)
         slow.offer(step, pos, stats, np.ones(3, dtype=bool))  # an array: never the shortcut
+        # last_due (what an estimator's step reads instead of counting the kept draws): the slots stored
+        for t, before in zip((fast, slow), kept_before):
+            assert t.last_due == int((t.kept_per_slot - before).sum()), step
         if step == 20:
             assert fast._lockstep and not slow._lockstep
             for t in (fast, slow):

@@ -372,10 +372,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         self.steps_this_call_ += 1
         fields = info.fields()
         self.step_stats_.record(step, fields)
-        kept_before = self.trace_.n_kept
         nonfinite = self.trace_.offer(step, state.position, fields, info.is_draw)
         return {"loss": info.potential.mean() / self.n_train_, "y_pred": None, "info": info, "step": step,
-                "stored": self.trace_.n_kept != kept_before or len(nonfinite) > 0, "nonfinite": nonfinite}
+                "stored": self.trace_.last_due > 0, "nonfinite": nonfinite}
 
     def validation_step(self, batch, **fit_params):
         Xi, yi = batch

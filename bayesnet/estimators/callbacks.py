@@ -93,9 +93,12 @@ class DivergenceMonitor(Callback):
     held for ``warmup_patience`` steps, counts there.
 
     A step costs the monitor nothing on the device: it reads the per-step statistics the estimator records anyway
-    (``step_stats_``, a ring buffer on the device) in blocks, every ``check_every`` steps and on every step that
-    stores a draw (which reads the device anyway), and computes the flags of the block on the host, step by step
-    as defined above. On a divergence the monitor retires the
+    (``step_stats_``, a ring buffer on the device) in blocks, every ``check_every`` steps, at the run's last
+    step and when a position due for storage was not finite, and computes the flags of the block on the host,
+    step by step as defined above (on a CPU the host's work on a block, not the read, is what it costs, so it
+    does not also read at every stored draw). Draws stored between
+    two reads are not yet judged; a divergence found later discards those of its chain after its last good
+    step (below). On a divergence the monitor retires the
     chain's slots in the trace, discarding the draws after the last step at which every member of the chain
     was within ``recover_tolerance`` standard deviations of the warm-up potential and below twice the
     temperature target (the stretch where it was leaving its typical set), and records it in the estimator's
@@ -158,9 +161,10 @@ class DivergenceMonitor(Callback):
             return
         state = self._state(net)
         self._hyperparameter_terms(net, state, step)
-        if nonfinite is not None and len(nonfinite):
+        due = nonfinite is not None and len(nonfinite) > 0
+        if due:
             state["bad"][0][np.asarray(nonfinite)] = True
-        if (stored or step % self.check_every == 0 or step == net.steps_planned_total_
+        if (due or step % self.check_every == 0 or step == net.steps_planned_total_
                 or step - state["processed"] >= net.step_stats_.capacity // 2):
             self._read(net, state, step)
             self.check(net, step)
