@@ -182,6 +182,7 @@ class WarmUp:
     heat: Tensor | None = None
     heat_count: int = 0
     bad: Tensor | None = None
+    pending: list | None = None  # this interval's (second half?, potential, kinetic temperature) per step
     n_restarts: int = 0
     window_restarts: int = 0
     restarted: Tensor | None = None  # per member: restarted in the current window
@@ -364,29 +365,17 @@ def guard(sampler, state, info, potential, batch) -> None:
     size its curvature estimate gave was too large: a power iteration on a mini-batch finds a lower bound) is
     put back where it was at the last check, with half its step size and fresh momenta."""
     warm, layout = state.warmup, state.layout
-    u = info.potential.detach().reshape(-1).double()
-    bad = ~torch.isfinite(u)
     target = sampler.target_temperature()
-    heat = None  # this step's kinetic temperature, non-finite values replaced (each conversion made once)
-    if info.kinetic_temperature is not None and target:
-        t = info.kinetic_temperature.detach().reshape(-1).double()
-        bad = bad | ~torch.isfinite(t)
-        heat = torch.nan_to_num(t, nan=0.0, posinf=1e300)
-        warm.heat = heat if warm.heat is None else warm.heat + heat
-        warm.heat_count += 1
-    warm.bad = bad if warm.bad is None else warm.bad | bad
-    u = torch.nan_to_num(u, nan=0.0, posinf=1e300, neginf=-1e300)
-    half = int(_in_second_half(warm, state.step))
-    if warm.window_potential is None:
-        warm.window_potential, warm.window_potential_count = [torch.zeros_like(u), torch.zeros_like(u)], [0, 0]
-    warm.window_potential[half] = warm.window_potential[half] + u
-    warm.window_potential_count[half] += 1
-    if heat is not None and half:
-        t = heat / target
-        warm.window_heat = t if warm.window_heat is None else warm.window_heat + t
-        warm.window_heat_count += 1
+    # a step between checks only keeps references to its statistics (no device work: a small network's step is
+    # mostly per-operation overhead); the check reduces the interval's steps at once (_take_interval)
+    t = info.kinetic_temperature if info.kinetic_temperature is not None and target else None
+    if warm.pending is None:
+        warm.pending = []
+    warm.pending.append((_in_second_half(warm, state.step), info.potential.detach(),
+                         None if t is None else t.detach()))
     if state.step % warm.guard_every != 0 and state.step not in warm.ends:  # (checked before a window's update)
         return
+    _take_interval(warm, target)
     S = layout.n_members or 1
     # positions too: samplers that report the potential from before their move have not evaluated this one
     warm.bad = warm.bad | _per_member_reduce([p.detach() for p in state.position], layout,
@@ -421,6 +410,41 @@ def guard(sampler, state, info, potential, batch) -> None:
     warm.backup = [torch.where(member_mask(keep, p, layout), b, p.detach()) for p, b in
                    zip(state.position, warm.backup)]
     warm.heat, warm.heat_count, warm.bad = None, 0, None
+
+
+def _take_interval(warm: WarmUp, target: float) -> None:
+    """Reduce the steps kept since the last check (``warm.pending``) into the check's flags and sums: per member,
+    ``bad`` (a non-finite potential or kinetic temperature), ``heat`` (the summed kinetic temperatures,
+    non-finite values replaced; ``heat_count`` steps), and the window's potential sums over its two halves
+    and heat over its second half (for :func:`_too_hot`)."""
+    pending, warm.pending = warm.pending or [], None
+    if not pending:
+        return
+    halves = [h for h, _, _ in pending]
+    u = torch.stack([v.reshape(-1) for _, v, _ in pending]).double()  # (steps, S)
+    bad = ~torch.isfinite(u).all(0)
+    u = torch.nan_to_num(u, nan=0.0, posinf=1e300, neginf=-1e300)
+    if warm.window_potential is None:
+        warm.window_potential = [torch.zeros_like(u[0]), torch.zeros_like(u[0])]
+        warm.window_potential_count = [0, 0]
+    second = torch.as_tensor(halves, device=u.device)
+    for half, rows in ((0, ~second), (1, second)):
+        n = sum(1 for h in halves if h == bool(half))
+        if n:
+            warm.window_potential[half] = warm.window_potential[half] + u[rows].sum(0)
+            warm.window_potential_count[half] += n
+    if pending[0][2] is not None:
+        t = torch.stack([v.reshape(-1) for _, _, v in pending]).double()
+        bad = bad | ~torch.isfinite(t).all(0)
+        heat = torch.nan_to_num(t, nan=0.0, posinf=1e300)
+        warm.heat = heat.sum(0) if warm.heat is None else warm.heat + heat.sum(0)
+        warm.heat_count += len(pending)
+        n = sum(halves)
+        if n:
+            late = (heat[second] / target).sum(0)
+            warm.window_heat = late if warm.window_heat is None else warm.window_heat + late
+            warm.window_heat_count += n
+    warm.bad = bad if warm.bad is None else warm.bad | bad
 
 
 def _coordinates(state) -> int:
