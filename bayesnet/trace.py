@@ -166,17 +166,22 @@ class Trace:
         with torch.no_grad():
             if not self.shapes:
                 self.shapes = [p.shape[1:] if self.chain_axis else p.shape for p in position]
-            if self.chain_axis:
+            if self.chain_axis and slots.size == self.n_slots:  # every slot (the usual): no gather
+                flat = torch.cat([p.detach().reshape(self.n_slots, -1) for p in position], dim=1)
+            elif self.chain_axis:
                 idx = torch.as_tensor(slots, device=position[0].device)
                 flat = torch.cat([p.detach().index_select(0, idx).reshape(len(slots), -1) for p in position], dim=1)
             else:
                 flat = torch.cat([p.detach().reshape(-1) for p in position])[None]
             flat = flat.cpu()
         finite = torch.isfinite(flat).all(dim=1).numpy()
-        bad = slots[~finite]
-        slots, flat = slots[finite], flat[torch.as_tensor(finite)]
-        if slots.size == 0:
-            return bad
+        if finite.all():
+            bad = np.empty(0, dtype=np.int64)
+        else:
+            bad = slots[~finite]
+            slots, flat = slots[finite], flat[torch.as_tensor(finite)]
+            if slots.size == 0:
+                return bad
         if self._buffer is None:
             self._buffer = torch.empty((self.n_slots, self.n_draws, flat.shape[1]), dtype=flat.dtype)
         at = self._next[slots]
@@ -368,9 +373,11 @@ class StepStats:
     """Per-step sampler statistics of ``S`` members, kept on the sampling device.
 
     Every step's declared fields go into a ring buffer of the last ``capacity`` steps, shape
-    ``(capacity, F, S)``, without a host synchronisation; the steps after ``burn_in`` also update running
-    sums, maxima and last values, from which :meth:`summaries` reduces every field as its
-    :class:`~bayesnet.samplers.Stat` declares. Memory is bounded by ``capacity x F x S`` floats.
+    ``(capacity, F, S)``, without a host synchronisation (one launch per step); the steps after ``burn_in``
+    also count towards running sums, maxima and last values, folded in a block at a time (before the ring
+    would overwrite a step not yet counted, and whenever they are read or pickled), from which
+    :meth:`summaries` reduces every field as its :class:`~bayesnet.samplers.Stat` declares. Memory is bounded
+    by ``capacity x F x S`` floats.
 
     Parameters
     ----------
@@ -399,8 +406,9 @@ class StepStats:
         self._last = torch.full((F, S), float("nan"), dtype=torch.float64, device=self.device)
         self.n_recorded = 0
         self.n_summarised = 0
+        self._unfolded = 0  # the latest recorded steps that count towards the summaries but are not yet summed
 
-    def _stack(self, values: Mapping) -> Tensor:
+    def _rows(self, values: Mapping) -> list[Tensor]:
         rows, shape = [], (self.n_members,)
         for name in self.names:
             v = values.get(name, float("nan"))
@@ -412,7 +420,7 @@ class StepStats:
                 rows.append(v if v.shape == shape else v.reshape(-1).expand(self.n_members))
             else:
                 rows.append(self._constant(float(v)))
-        return torch.stack(rows)
+        return rows
 
     def _constant(self, value: float) -> Tensor:
         """A row of ``value`` for a statistic given as a number (made once per value: no launch per step)."""
@@ -424,17 +432,30 @@ class StepStats:
 
     def record(self, step: int, values: Mapping) -> None:
         """Store step ``step``'s statistics (tensors of shape () or (S,), or floats)."""
-        row = self._stack(values)
         k = self.n_recorded % self.capacity
-        self._ring[k] = row
+        torch.stack(self._rows(values), out=self._ring[k])
         self._ring_steps[k] = step
         self.n_recorded += 1
-        if step > self.burn_in:
-            row64 = row.double()
-            self._sum += row64
-            torch.maximum(self._max, row64, out=self._max)
-            self._last = row64
-            self.n_summarised += 1
+        if step > self.burn_in:  # summed later, a block at a time (_fold): a step is one launch here
+            self._unfolded += 1
+            if self._unfolded == self.capacity:  # before the ring overwrites a step not yet summed
+                self._fold()
+
+    def _fold(self) -> None:
+        """Add the recorded steps not yet summarised (the latest ``_unfolded`` rows of the ring) to the running
+        sums, maxima and last values."""
+        n = self.__dict__.get("_unfolded", 0)
+        if not n:
+            return
+        order = (np.arange(n) + self.n_recorded - n) % self.capacity
+        lo = int(order[0])
+        rows = (self._ring[lo: lo + n] if order[-1] == lo + n - 1
+                else self._ring[torch.as_tensor(order, device=self.device)]).double()  # (n, F, S)
+        self._sum += rows.sum(0)
+        torch.maximum(self._max, rows.amax(0), out=self._max)
+        self._last = rows[-1].clone()
+        self.n_summarised += n
+        self._unfolded = 0
 
     def per_step(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The recorded window: ``steps`` (n,) and each field as ``(S, n)``, oldest first (synchronises)."""
@@ -460,6 +481,7 @@ class StepStats:
     def summaries(self, members: np.ndarray | None = None) -> dict[str, float]:
         """Each field reduced over the summarised steps as its Stat declares, then averaged over ``members``
         (a boolean mask of the members to include; all by default), under its summary name."""
+        self._fold()
         if self.n_summarised == 0:
             return {}
         mask = np.ones(self.n_members, dtype=bool) if members is None else np.asarray(members, dtype=bool)
@@ -484,11 +506,13 @@ class StepStats:
 
     def member_means(self, name: str) -> np.ndarray | None:
         """The mean of field ``name`` over the summarised steps, per member, shape ``(S,)`` (None before any)."""
+        self._fold()
         if self.n_summarised == 0 or name not in self.names:
             return None
         return self._sum[self.names.index(name)].cpu().numpy() / self.n_summarised
 
     def __getstate__(self):
+        self._fold()
         state = self.__dict__.copy()
         state.pop("_constants", None)  # on the device: made again where the copy lands
         for key in ("_ring", "_sum", "_max", "_last"):
@@ -503,4 +527,5 @@ class StepStats:
         for key in ("_ring", "_sum", "_max", "_last"):
             state[key] = state[key].to(device)
         state["device"] = device
+        state.setdefault("_unfolded", 0)  # pickled when every recorded step was summed at once
         self.__dict__.update(state)

@@ -355,3 +355,39 @@ def test_a_diverging_group_keeps_every_groups_draws(iris):
     with pytest.raises(DivergenceError, match="diverged"):
         clf.fit(X, y)
     assert clf.trace_ is not None and len(clf.shards_) == 2
+
+
+def test_step_stats_summaries_equal_the_per_step_reductions_across_ring_wraps():
+    """StepStats writes each step into its ring and sums the post-burn-in steps a block at a time (before the ring
+    would overwrite one, when summarised, when pickled): means, sums, maxima and last values equal those of every
+    step reduced one by one, through several wraps of a small ring and a pickle taken mid-block; NaN stays NaN."""
+    import pickle
+
+    from bayesnet.samplers import Stat
+    from bayesnet.trace import StepStats
+
+    fields = {"potential": Stat("mean"), "n": Stat("sum", summary="n_total"), "heat": Stat("max", summary="heat_max"),
+              "level": Stat("last")}
+    stats = StepStats(fields, n_members=2, burn_in=7, device="cpu", capacity=16)
+    rng = np.random.default_rng(0)
+    kept = []
+    for step in range(1, 61):
+        row = {name: torch.tensor(rng.normal(size=2), dtype=torch.float32) for name in fields}
+        row["n"] = torch.ones(2)
+        stats.record(step, row)
+        if step > 7:
+            kept.append(np.stack([row[name].double().numpy() for name in fields]))
+        if step == 37:  # mid-block: the copy carries on as the original does
+            stats = pickle.loads(pickle.dumps(stats))
+    kept = np.array(kept)  # (53, F, S)
+    summary = stats.summaries()
+    assert summary["potential"] == pytest.approx(kept[:, 0].mean(), rel=1e-12)
+    assert summary["n_total"] == 2 * 53
+    assert summary["heat_max"] == pytest.approx(kept[:, 2].max(), rel=1e-6)
+    assert summary["level"] == pytest.approx(kept[-1, 3].mean(), rel=1e-6)
+    np.testing.assert_allclose(stats.member_means("potential"), kept[:, 0].mean(0), rtol=1e-6)
+    steps, per_step = stats.per_step()  # the ring: the last 16 steps as recorded
+    assert steps.tolist() == list(range(45, 61))
+    np.testing.assert_allclose(per_step["potential"].T, kept[-16:, 0].astype(np.float32))
+    stats.record(61, {"potential": torch.tensor([float("nan"), 0.0]), "n": 1.0, "heat": 0.0, "level": 0.0})
+    assert np.isnan(stats.member_means("potential")[0]) and np.isfinite(stats.member_means("potential")[1])
