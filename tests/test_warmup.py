@@ -127,6 +127,28 @@ def test_a_mass_never_divides_by_a_zero_or_non_finite_moment():
     assert torch.equal(m[1], previous[1])  # a member with no usable moment keeps its mass
 
 
+
+def test_a_non_finite_gradient_in_a_window_keeps_that_coordinates_previous_mass():
+    """The window's moments are plain sums (no per-step cleaning): a coordinate whose gradient was once NaN or
+    infinite keeps its previous mass, while the others get the mass of their moments, ``sd(g) / sd(theta)``."""
+    from bayesnet.samplers.warmup import WarmUp
+
+    layout = ChainLayout(1, 1)
+    warm = WarmUp(n_steps=100, ends=[100], adapt_mass=True, adapt_step=False)
+    rng = np.random.default_rng(0)
+    for step in range(40):
+        theta = torch.tensor(rng.normal(size=(1, 3)), dtype=torch.float32)
+        grad = theta * torch.tensor([1.0, 4.0, 9.0])  # curvatures 1, 4, 9: M = sd(g) / sd(theta)
+        if step == 7:
+            grad[0, 1] = float("nan")
+        if step == 8:
+            grad[0, 2] = float("inf")
+        warm.record([grad], [theta])
+    previous = torch.full((1, 3), 0.25)
+    inverse_mass = mass_from_moments(warm.moments, warm.count, layout, False, torch.float32, previous)
+    assert inverse_mass[0, 0].item() == pytest.approx(1.0, rel=1e-5)  # 1 / M for curvature 1
+    assert inverse_mass[0, 1].item() == 0.25 and inverse_mass[0, 2].item() == 0.25
+
 # ---------------------------------------------------------------------- #
 # statistics: warmed-up kernels sample the target
 # ---------------------------------------------------------------------- #

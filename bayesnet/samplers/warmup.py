@@ -204,18 +204,19 @@ class WarmUp:
 
     def record(self, grads: Sequence[Tensor], position: Sequence[Tensor], step: int | None = None) -> None:
         """Add one gradient (and the position it was taken at) to the window's moments: the sums of ``g``,
-        ``g^2``, ``theta``, ``theta^2`` (non-finite entries count as 0). With ``first_only``, only the first
-        gradient of each step counts (samplers whose later gradients are at proposals that may be rejected, e.g.
-        HMC's leapfrog)."""
+        ``g^2``, ``theta``, ``theta^2``. A non-finite entry makes its coordinate's sums non-finite, and
+        :func:`~bayesnet.samplers.estimates.mass_from_moments` then keeps that coordinate's previous mass (a
+        member that went non-finite is put back by the guard, and its window's mass is not used either). With
+        ``first_only``, only the first gradient of each step counts (samplers whose later gradients are at
+        proposals that may be rejected, e.g. HMC's leapfrog)."""
         if self.first_only and step is not None:
             if step == self.recorded_step:
                 return
             self.recorded_step = step
-        with torch.no_grad():  # (no graph here: no detach; the squares as one foreach launch per list)
-            g = [torch.nan_to_num(x if x.dtype == torch.float32 else x.float(), nan=0.0, posinf=0.0, neginf=0.0)
-                 for x in grads]
-            t = [torch.nan_to_num(x if x.dtype == torch.float32 else x.float(), nan=0.0, posinf=0.0, neginf=0.0)
-                 for x in position]
+        with torch.no_grad():  # (no graph here: no detach; the squares as one foreach launch per list; no
+            # per-tensor cleaning of non-finite values: a small network's warm-up step is mostly launches)
+            g = [x if x.dtype == torch.float32 else x.float() for x in grads]
+            t = [x if x.dtype == torch.float32 else x.float() for x in position]
             parts = [*g, *torch._foreach_mul(g, g), *t, *torch._foreach_mul(t, t)]
             if self.moments is None:
                 self.moments = [x.clone() for x in parts]
