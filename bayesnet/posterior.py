@@ -293,11 +293,19 @@ class ChainPosterior:
         net = self.network_parameters
         with torch.enable_grad():
             u_data = self._data_term(X, y)
-            grads = list(torch.autograd.grad(u_data.sum(), self.parameters))
+            grads = list(torch.autograd.grad(u_data, self.parameters, self._ones(u_data)))
         with torch.no_grad():
             u = u_data.detach() - self.prior.log_prob_chains(net)
             torch._foreach_sub_(grads[: len(net)], prior_grad(net))
         return u, grads
+
+    def _ones(self, like: Tensor) -> Tensor:
+        """Ones shaped like the ``(S,)`` potentials, made once: the seed of the members' gradients (each member's
+        potential depends on its own parameters only), without a summing node in the graph."""
+        ones = self.__dict__.get("_ones_cache")
+        if ones is None or ones.shape != like.shape or ones.dtype != like.dtype or ones.device != like.device:
+            ones = self._ones_cache = torch.ones_like(like)
+        return ones
 
     def functional(self):
         """The potentials as a pure function, for a compiled transition: ``fn(parameters, X, y, factors, offset)``

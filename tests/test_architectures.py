@@ -387,15 +387,27 @@ def test_a_chain_that_runs_hot_stops_as_a_divergence(henon):
                                sampler__step_size=1e-4, callbacks__divergence__temperature_tolerance=0.01)
     with pytest.raises(DivergenceError, match=r"kinetic temperature far above its target.*Reduce the step"):
         est.fit(Xtr, ytr)
-    # detected at once: the first step after the warm-up stores a draw (thinning 1), and storing checks first
-    assert est.fit_status_["diverged_chains"][0]["step"] == 11 and est.sampler_state_.step == 11
-    est.set_params(callbacks__divergence__temperature_tolerance=50.0,
+    # found at the first read after the warm-up (every check_every = 50 steps), which judges steps 11-50
+    assert est.fit_status_["diverged_chains"][0]["step"] == 50 and est.sampler_state_.step == 50
+    # a run that ends between two reads is judged at its end: here a user's callback interrupts it at step 30
+    from skorch.callbacks import Callback
+
+    class StopAt30(Callback):
+        def on_batch_end(self, net, training=False, **kwargs):
+            if training and net.sampler_state_.step == 30:
+                raise KeyboardInterrupt
+
+    est.set_params(callbacks=[("stop", StopAt30())])
+    with pytest.raises(DivergenceError, match="kinetic temperature far above"):
+        est.fit(Xtr, ytr)
+    assert est.fit_status_["diverged_chains"][0]["step"] == 30 and est.sampler_state_.step == 30
+    est.set_params(callbacks=None, callbacks__divergence__temperature_tolerance=50.0,
                    callbacks__divergence__warmup_temperature_limit=0.01, callbacks__divergence__warmup_patience=5,
                    burn_in=20)
     with pytest.raises(DivergenceError, match="kinetic temperature far above"):
         est.fit(Xtr, ytr)
-    # held for 5 steps within the warm-up; read at the next check, here the first stored draw (step 21)
-    assert est.sampler_state_.step == 21
+    # held for 5 steps within the warm-up; found at the next read (step 50)
+    assert est.sampler_state_.step == 50
     est.set_params(callbacks__divergence__warmup_patience=10**6)
     est.fit(Xtr, ytr)  # below the patience the warm-up's heat is tolerated
     assert est.fit_status_["status"] == "complete"

@@ -93,12 +93,12 @@ class DivergenceMonitor(Callback):
     held for ``warmup_patience`` steps, counts there.
 
     A step costs the monitor nothing on the device: it reads the per-step statistics the estimator records anyway
-    (``step_stats_``, a ring buffer on the device) in blocks, every ``check_every`` steps, at the run's last
-    step and when a position due for storage was not finite, and computes the flags of the block on the host,
-    step by step as defined above (on a CPU the host's work on a block, not the read, is what it costs, so it
-    does not also read at every stored draw). Draws stored between
-    two reads are not yet judged; a divergence found later discards those of its chain after its last good
-    step (below). On a divergence the monitor retires the
+    (``step_stats_``, a ring buffer on the device) in blocks, every ``check_every`` steps, when a position due
+    for storage was not finite, and when the run ends (its last step, or an interrupt or the draw quota
+    between two reads: ``on_train_end``), and computes the flags of the block on the host, step by step as
+    defined above (on a CPU the host's work on a block, not the read, is what it costs, so it does not also
+    read at every stored draw). A draw stored between two reads is judged at the next: a divergence found
+    there discards its chain's draws after its last good step (below). On a divergence the monitor retires the
     chain's slots in the trace, discarding the draws after the last step at which every member of the chain
     was within ``recover_tolerance`` standard deviations of the warm-up potential and below twice the
     temperature target (the stretch where it was leaving its typical set), and records it in the estimator's
@@ -166,6 +166,18 @@ class DivergenceMonitor(Callback):
             state["bad"][0][np.asarray(nonfinite)] = True
         if (due or step % self.check_every == 0 or step == net.steps_planned_total_
                 or step - state["processed"] >= net.step_stats_.capacity // 2):
+            self._read(net, state, step)
+            self.check(net, step)
+
+    def on_train_end(self, net, **kwargs):
+        """Judge the steps not yet read when a run ends between two reads (an interrupt, the draw quota): no draw
+        of a chain that was leaving its typical set outlives the call that stored it."""
+        sampler_state = getattr(net, "sampler_state_", None)
+        state = getattr(net, "divergence_state_", None)
+        if sampler_state is None or state is None or getattr(net, "step_stats_", None) is None:
+            return
+        step = int(sampler_state.step)
+        if step > state["processed"]:
             self._read(net, state, step)
             self.check(net, step)
 
