@@ -264,9 +264,15 @@ class HierarchicalPrior(FanInPrior):
             hit = self._tau_cache = (tau, tau._version, dtype, forms)
         return hit[3]
 
+    def _sizes(self, parameters: Sequence[Tensor], device) -> Tensor:
+        """Every tensor's entries per member, :math:`n_k`, as a float64 ``(K,)`` tensor on ``device`` (made once)."""
+        sizes = tuple(p[0].numel() for p in parameters)
+        return _made_once(self, ("sizes", sizes, device),
+                          lambda: torch.tensor(sizes, dtype=torch.float64, device=device))
+
     def _tau_terms(self, tau: Tensor, parameters: Sequence[Tensor]) -> Tensor:
         r""":math:`\sum_k (a - 1 + n_k/2)\log\tau_k - b\tau_k` per member, ``(S,)``, float64."""
-        n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=tau.device)
+        n = self._sizes(parameters, tau.device)
         return ((self.precision_shape - 1.0 + 0.5 * n) * torch.log(tau) - self.precision_rate * tau).sum(1)
 
     def _scaled_squares(self, parameters: Sequence[Tensor], like: Tensor) -> Tensor:
@@ -353,9 +359,8 @@ class HierarchicalPrior(FanInPrior):
             The change of the potential's gradient, per parameter tensor.
         """
         tau_old = self._tau(parameters).clone()
-        c = self.variances([p.shape[1:] for p in parameters])
         sq = self._scaled_squares(parameters, tau_old)  # once: the draw and both energies use it
-        n = torch.tensor([p[0].numel() for p in parameters], dtype=torch.float64, device=sq.device)
+        n = self._sizes(parameters, sq.device)
         shape = (self.precision_shape + 0.5 * n).expand_as(sq).contiguous()
         rate = self.precision_rate + 0.5 * sq
         tau = rng.gamma(shape) / rate
@@ -363,8 +368,11 @@ class HierarchicalPrior(FanInPrior):
         before = self._energy(parameters, tau_old, sq)
         self.precision = tau
         delta_value = (self._energy(parameters, tau, sq) - before).to(parameters[0].dtype)
-        delta_grad = [p * ((tau[:, k] - tau_old[:, k]).to(p.dtype) / ck).reshape((-1,) + (1,) * (p.ndim - 1))
-                      for k, (p, ck) in enumerate(zip(parameters, c))]
+        # the gradient's change theta_k (tau_k - tau_k') / c_k: one (S, K) matrix, its columns as views, one launch
+        c = _factor_vector(self, self.variances([p.shape[1:] for p in parameters]), parameters[0])
+        change = (tau - tau_old).to(parameters[0].dtype) / c
+        delta_grad = torch._foreach_mul(list(parameters), [change[:, k].reshape((-1,) + (1,) * (p.ndim - 1))
+                                                           for k, p in enumerate(parameters)])
         return delta_value, delta_grad
 
     def __getstate__(self):
