@@ -326,7 +326,7 @@ class HandWrittenLoop:
         elif name == "baoab":  # step_size is the time step h; the gradient at the end of a step serves the next
             self.h, self.grad = step_size, None
             self.decay = math.exp(-friction * step_size)
-            self.noise_std = math.sqrt(-T * math.expm1(-2.0 * friction * step_size))  # T (1 - decay**2)
+            self.noise_std = math.sqrt(T * (1.0 - self.decay**2))
         elif name == "hmc":  # trajectory lengths uniform on [ceil(L/2), L + L//2], as the kernel draws them
             self.h = step_size
             self.lengths = (math.ceil(n_leapfrog / 2), n_leapfrog + n_leapfrog // 2)

@@ -65,19 +65,21 @@ def test_baoab_configurational_average_is_exact_for_harmonic():
 
 @pytest.mark.parametrize("name", ["baoab", "eqn"])
 @pytest.mark.parametrize("friction_step", [1e-2, 1e-4, 1e-6])
-def test_o_step_noise_scale_keeps_float32_precision_at_small_friction_times_step(name, friction_step):
-    """The O step's noise ``sqrt((1 - exp(-2 gamma h)) T)`` from ``-expm1``: ``1 - a*a`` in float32 cancels.
-
-    At gamma h = 1e-6 the cancelling form is off by 7e-3 relative (1e-4 at gamma h = 1e-4), which heats or
-    cools a weakly damped chain; the reference is the same expression in float64.
-    """
+def test_o_step_noise_matches_the_decay_it_applies(name, friction_step):
+    """The O step ``p <- a p + s xi`` holds the temperature ``T`` only with ``s^2 = (1 - a^2) T`` for the decay ``a``
+    it applies, a float32 number: the noise is taken from that ``a`` (to ~1e-4 relative whatever gamma h), not
+    from the exact ``-expm1(-2 gamma h)``, which differs from ``1 - a^2`` by up to several per cent at gamma h
+    ~ 1e-6 (a change to the exact form, made and reverted, held the temperature 1.5 % low there: this test fails
+    on it)."""
     step_size, temperature = 1e-2, 0.7
     friction = friction_step / step_size
     pot = FunctionPotential(lambda params, batch: 0.5 * (params[0] ** 2).sum(), [torch.zeros(8)])
     sampler = make_sampler(name, step_size=step_size, friction=friction, temperature=temperature)
     state = sampler.init(pot.parameters, torch.Generator().manual_seed(0))
     state, _ = sampler.step(state, pot, None)
-    noise = state.derived("scales", lambda: pytest.fail("the step did not cache its scales"))["noise"]
-    reference = np.sqrt(-np.expm1(-2.0 * friction_step) * temperature)
-    relative = np.abs(torch.as_tensor(noise, dtype=torch.float64).numpy() / reference - 1.0).max()
-    assert relative < 1e-6, relative
+    scales = state.derived("scales", lambda: pytest.fail("the step did not cache its scales"))
+    decay = torch.as_tensor(scales["decay"]).double()
+    assert scales["decay"].dtype == torch.float32
+    reference = torch.sqrt((1.0 - decay * decay) * temperature)  # float64, from the decay as applied
+    relative = (torch.as_tensor(scales["noise"]).double() / reference - 1.0).abs().max().item()
+    assert relative < 2e-4, relative

@@ -185,6 +185,11 @@ class StepInfo:
     extra : dict
         The kernel's further diagnostics, exactly the fields its :attr:`Sampler.stats` declares besides
         the three above: floats, or ``(S,)`` tensors with a chain axis.
+
+    Notes
+    -----
+    The tensors are the step's own: a kernel must not write into them after it returns (the warm-up's guard
+    keeps references to ``potential`` and ``kinetic_temperature`` until its next check instead of copying them).
     """
 
     potential: Tensor

@@ -436,10 +436,10 @@ class EQN(Sampler):
         pre, flat = state.precond, state.flat_momentum
         h = pre.step_size
         decay = torch.exp(-self.friction * h)
-        one_minus_decay2 = -torch.expm1(-2.0 * self.friction * h)  # 1 - decay**2 without float32 cancellation
         half = pre.per_coordinate(0.5 * h, 0.5, flat)  # (h/2) s: the kick of p and the drift of theta
         return {"kick": views(half, state.position), "drift": views(half, state.position), "decay": decay,
-                "noise": pre.per_coordinate(torch.sqrt(one_minus_decay2 * self.temperature), 0.0, flat),
+                # 1 - decay**2 of the float32 decay applied (see BAOAB._scales), not -expm1(-2 gamma h)
+                "noise": pre.per_coordinate(torch.sqrt((1.0 - decay * decay) * self.temperature), 0.0, flat),
                 "half_step": h / 2}
 
     @torch.no_grad()

@@ -282,6 +282,5 @@ def exact_ou_coefficients(friction: float, time_step: float, eta: float, tempera
     decay, noise_std : float
         ``a = exp(-gamma h)`` and ``sqrt((1 - a**2) eta T)``.
     """
-    # 1 - a**2 as -expm1(-2 gamma h): exact to rounding even when gamma h is tiny, where 1 - a*a cancels
-    one_minus_a2 = max(-math.expm1(-2.0 * friction * time_step), 0.0)
-    return math.exp(-friction * time_step), math.sqrt(one_minus_a2 * eta * temperature)
+    a = math.exp(-friction * time_step)
+    return a, math.sqrt(max(1.0 - a * a, 0.0) * eta * temperature)
