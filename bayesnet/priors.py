@@ -278,7 +278,7 @@ class HierarchicalPrior(FanInPrior):
     def _scaled_squares(self, parameters: Sequence[Tensor], like: Tensor) -> Tensor:
         r""":math:`|\theta_k|^2 / c_k` per member and tensor, ``(S, K)``, float64."""
         c = self.variances([p.shape[1:] for p in parameters])
-        return squared_norms(parameters).double() / like.new_tensor(c)
+        return squared_norms(parameters).double() / _factor_vector(self, c, like)
 
     def _energy(self, parameters: Sequence[Tensor], tau: Tensor, sq: Tensor | None = None) -> Tensor:
         """``-log p(theta | tau) - log p(tau)`` per member, (S,), float64 for the tau terms; ``sq`` the

@@ -447,15 +447,24 @@ class StepStats:
         n = self.__dict__.get("_unfolded", 0)
         if not n:
             return
-        order = (np.arange(n) + self.n_recorded - n) % self.capacity
-        lo = int(order[0])
-        rows = (self._ring[lo: lo + n] if order[-1] == lo + n - 1
-                else self._ring[torch.as_tensor(order, device=self.device)]).double()  # (n, F, S)
+        rows = self._ring_rows(self._latest(n)).double()  # (n, F, S)
         self._sum += rows.sum(0)
         torch.maximum(self._max, rows.amax(0), out=self._max)
         self._last = rows[-1].clone()
         self.n_summarised += n
         self._unfolded = 0
+
+    def _latest(self, n: int) -> np.ndarray:
+        """Ring positions of the latest ``n`` recorded steps, oldest first."""
+        return (np.arange(n) + self.n_recorded - n) % self.capacity
+
+    def _ring_rows(self, order: np.ndarray) -> Tensor:
+        """The ring's rows at positions ``order`` (non-empty), ``(n, F, S)``: a view when they are contiguous, else
+        a gather."""
+        lo = int(order[0])
+        if order[-1] == lo + order.size - 1:
+            return self._ring[lo: lo + order.size]
+        return self._ring[torch.as_tensor(order, device=self.device)]
 
     def per_step(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The recorded window: ``steps`` (n,) and each field as ``(S, n)``, oldest first (synchronises)."""
@@ -464,18 +473,14 @@ class StepStats:
     def since(self, step: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """As :meth:`per_step`, only the recorded steps after ``step`` (all with None); synchronises only when
         there are some."""
-        n = min(self.n_recorded, self.capacity)
-        order = (np.arange(n) + self.n_recorded - n) % self.capacity
+        order = self._latest(min(self.n_recorded, self.capacity))
         steps = self._ring_steps[order]
         if step is not None:
             order = order[steps > step]
             steps = steps[steps > step]
         if not order.size:
             return steps.copy(), {name: np.empty((self.n_members, 0), dtype=np.float32) for name in self.names}
-        lo = int(order[0])
-        rows = (self._ring[lo: lo + order.size] if order[-1] == lo + order.size - 1  # contiguous: a view, no gather
-                else self._ring[torch.as_tensor(order, device=self.device)])
-        ring = rows.cpu().numpy()  # (n, F, S)
+        ring = self._ring_rows(order).cpu().numpy()  # (n, F, S)
         return steps.copy(), {name: ring[:, i, :].T.copy() for i, name in enumerate(self.names)}
 
     def summaries(self, members: np.ndarray | None = None) -> dict[str, float]:

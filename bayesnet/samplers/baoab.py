@@ -167,7 +167,8 @@ class BAOAB(Sampler):
                 "kick_flat": kick, "drift_flat": drift,  # the same buffers, for the pure transition
                 "decay": decay,
                 # 1 - decay**2 of the float32 decay the O step applies, not -expm1(-2 gamma h): the noise must match
-                # the rounded decay to hold the temperature (the exact form was off by several per cent at gamma h ~ 1e-6)
+                # the rounded decay to hold the temperature (the exact form was off by several per cent at
+                # gamma h ~ 1e-6)
                 "noise": pre.per_coordinate(torch.sqrt((1.0 - decay * decay) * self.temperature), 0.5, flat),
                 "weight": pre.per_coordinate(0.5, -1.0, flat)}
 

@@ -429,8 +429,8 @@ def _take_interval(warm: WarmUp, target: float) -> None:
         warm.window_potential = [torch.zeros_like(u[0]), torch.zeros_like(u[0])]
         warm.window_potential_count = [0, 0]
     second = torch.as_tensor(halves, device=u.device)
-    for half, rows in ((0, ~second), (1, second)):
-        n = sum(1 for h in halves if h == bool(half))
+    n_late = sum(halves)  # steps in the window's second half
+    for half, rows, n in ((0, ~second, len(halves) - n_late), (1, second, n_late)):
         if n:
             warm.window_potential[half] = warm.window_potential[half] + u[rows].sum(0)
             warm.window_potential_count[half] += n
@@ -440,11 +440,10 @@ def _take_interval(warm: WarmUp, target: float) -> None:
         heat = torch.nan_to_num(t, nan=0.0, posinf=1e300)
         warm.heat = heat.sum(0) if warm.heat is None else warm.heat + heat.sum(0)
         warm.heat_count += len(pending)
-        n = sum(halves)
-        if n:
+        if n_late:
             late = (heat[second] / target).sum(0)
             warm.window_heat = late if warm.window_heat is None else warm.window_heat + late
-            warm.window_heat_count += n
+            warm.window_heat_count += n_late
     warm.bad = bad if warm.bad is None else warm.bad | bad
 
 
