@@ -70,3 +70,21 @@ def test_too_few_effective_draws_warn(iris):
     assert ess < 10
     low = [m for m in messages if m.startswith("only")]
     assert low and f"only {ess:.1f} effective draws" in low[0]
+
+
+def test_the_warnings_point_at_the_callers_line(iris):
+    """The ConvergenceWarning's location is the user's ``fit`` call, through a Pipeline (scikit-learn's frames) and
+    skorch's as well as directly: the frames of bayesnet, skorch and scikit-learn are skipped."""
+    from sklearn.pipeline import make_pipeline
+
+    X, y = iris
+    for est in (BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=300, n_draws=20, thinning=1, random_state=0),
+                make_pipeline(StandardScaler(), BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=300,
+                                                                      n_draws=20, thinning=1, random_state=0))):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = __import__("inspect").currentframe().f_lineno + 1
+            est.fit(X, y)
+        ours = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+        assert ours and all((w.filename, w.lineno) == (__file__, line) for w in ours), \
+            [(w.filename, w.lineno) for w in ours]
