@@ -55,9 +55,15 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
 #: every sampler that declares a pure transition, with each of its step compositions
 PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme": "BAOAB"}),
         ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"}),
-        ("eqn", {"sampler__n_walkers": 4}), ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_interval": 7})]
+        ("eqn", {"sampler__n_walkers": 4}), ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_interval": 7}),
+        ("tacthmc", {}),
+        ("tacthmc", {"sampler__biasing": "metadynamics", "sampler__resample_momentum": True,
+                     "sampler__steps_per_sample": 4})]
 #: eqn with B_i = I throughout (no update within 1,000 steps), and with updates at steps 105, 112, 119, 126
-PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-updates"]
+#: tacthmc with its defaults (ABF, a draw every 50 steps), and with metadynamics and the momenta resampled eagerly
+#: between compiled steps every 4th (both started off the plateau, below)
+PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-updates",
+            "tacthmc", "tacthmc-metadynamics-resampled"]
 
 
 @pytest.mark.parametrize("sampler,extra", PURE, ids=PURE_IDS)
@@ -80,6 +86,10 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
     (eager_state, eager_post), (pure_state, pure_post) = runs
     if hasattr(eager_state, "grad"):  # a cached gradient: start without one (both take it on the first batch)
         eager_state.grad = pure_state.grad = None
+    if sampler == "tacthmc":  # off the plateau and moving, so that the coupling, the tempering momentum, the
+        for state in (eager_state, pure_state):  # biasing force and table all take part (on it, lambda = 1, 0)
+            state.xi = torch.tensor([0.6, -0.9])
+            state.xi_momentum = torch.tensor([1e-3, 2e-3])
     if sampler == "eqn":  # the path each case is for: B_i = I throughout, or a snapshot from step 98 and refreshes
         assert (pure_state.snapshot is None) == (extra.get("sampler__covariance_interval", 1000) == 1000)
     pure = CompiledTransition(est.sampler_, pure_post, pure_state.layout, compile=False)
@@ -90,6 +100,14 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * float(a.abs().max()))
         for name in ("potential", "kinetic_energy", "kinetic_temperature"):
             torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=1e-4, atol=1e-4)
+        assert set(got.extra) == set(want.extra)
+        for name in want.extra:
+            torch.testing.assert_close(got.extra[name], want.extra[name], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(torch.as_tensor(got.is_draw), torch.as_tensor(want.is_draw))
+        for name in ("xi", "xi_momentum", "bias", "bin_visits", "plateau_steps"):  # tacthmc's own state
+            if hasattr(eager_state, name):
+                torch.testing.assert_close(getattr(pure_state, name), getattr(eager_state, name), rtol=1e-4,
+                                           atol=1e-6)
     assert pure_state.step == eager_state.step and torch.isfinite(got.potential).all()
     for a, b in zip(getattr(eager_state, "grad", None) or [], getattr(pure_state, "grad", None) or []):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
@@ -103,13 +121,16 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         torch.testing.assert_close(got.potential, want.potential, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50})],
-                         ids=["baoab", "eqn"])
-def test_the_compiled_baoab_and_eqn_transitions_give_the_eager_draws(cancer, sampler, extra):
-    """BAOAB and eqn compiled: the first draws of the eager chains, within float32 rounding (the step-for-step
-    check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU unit flips,
-    and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way). eqn's
-    preconditioner is refreshed at steps 100 and 150, between compiled steps."""
+@pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50}),
+                                           ("tacthmc", {"sampler__steps_per_sample": 10,
+                                                        "sampler__resample_momentum": True})],
+                         ids=["baoab", "eqn", "tacthmc"])
+def test_the_compiled_baoab_eqn_and_tacthmc_transitions_give_the_eager_draws(cancer, sampler, extra):
+    """BAOAB, eqn and TACT-HMC compiled: the first draws of the eager chains, within float32 rounding (the
+    step-for-step check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU
+    unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
+    eqn's preconditioner is refreshed at steps 100 and 150, TACT-HMC's momenta resampled at every draw, both
+    eagerly between compiled steps."""
     X, y = cancer
     params = dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=5, n_chains=2, batch_size=64,
                   random_state=0, **extra)

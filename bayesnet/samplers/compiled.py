@@ -19,11 +19,13 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
   noise, so the run neither stops nor changes.
 
 Samplers that cannot be written so declare nothing and always run eagerly: ``hmc`` and ``pt-langevin`` (a
-Metropolis test whose branch depends on the data, a random trajectory length) and ``tacthmc`` (its bias table is
-indexed by a data-dependent bin). ``sgld``, ``sghmc``, ``sgnht``, ``baoab`` (each of its schemes) and ``eqn``
-compile; eqn's walkers' covariance preconditioner, refreshed every ``covariance_interval`` steps, is an eager
-update between compiled steps whose result (the snapshot and its coefficients) enters the compiled step as an
-input, so it recompiles nothing.
+Metropolis test whose branch depends on the data, a random trajectory length). ``sgld``, ``sghmc``, ``sgnht``,
+``baoab`` (each of its schemes), ``eqn`` and ``tacthmc`` compile. Work a kernel does only at some steps stays an
+eager update between compiled steps: eqn's walkers' covariance preconditioner, refreshed every
+``covariance_interval`` steps, whose result (the snapshot and its coefficients) enters the compiled step as an
+input, so it recompiles nothing; tacthmc's momentum resampling at its collection steps. tacthmc's biasing table
+and bin histogram are inputs and outputs of its compiled step (the bin of the tempering variable indexes them by
+``gather`` and ``scatter`` inside the graph).
 """
 
 from __future__ import annotations

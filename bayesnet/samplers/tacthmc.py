@@ -15,9 +15,10 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
+from .compiled import potential_gradients, write_back
 from .integrators import gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
-from .estimates import mask_like
+from .estimates import flatten, mask_like
 from .warmup import WARMUP_DOC, Preconditioner, views
 
 __all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
@@ -432,86 +433,119 @@ class TACTHMC(Sampler):
         a_lo = bias.gather(-1, lower.unsqueeze(-1)).squeeze(-1)
         return (a_lo - a_hi) / delta
 
-    def _update_bias(self, state: TACTHMCState, j: Tensor, force: Tensor) -> None:
-        """ABFUPDATE (line 11, 19-21) or the metadynamics deposit of Appendix B."""
+    def _updated_bias(self, bias: Tensor, visits: Tensor, j: Tensor, force: Tensor) -> tuple[Tensor, Tensor]:
+        """ABFUPDATE (line 11, 19-21) or the metadynamics deposit of Appendix B: the new ``(bias, visits)``."""
         if self.biasing is None:
-            return
-        bias, visits = state.bias, state.bin_visits
+            return bias, visits
         idx = j.unsqueeze(-1)
-        visits.scatter_add_(-1, idx, torch.ones_like(force).unsqueeze(-1))
+        visits = visits.scatter_add(-1, idx, torch.ones_like(force).unsqueeze(-1))
         if self.biasing == "abf":
             n = visits.gather(-1, idx)
             old = bias.gather(-1, idx)
-            bias.scatter_(-1, idx, old + (force.unsqueeze(-1) - old) / n)
-        else:
-            height = torch.full_like(force, float(self.metadynamics_height)).unsqueeze(-1)
-            if self.metadynamics_bias_temperature is not None:
-                height = height * torch.exp(-bias.gather(-1, idx) / self.metadynamics_bias_temperature)
-            bias.scatter_add_(-1, idx, height)
+            return bias.scatter(-1, idx, old + (force.unsqueeze(-1) - old) / n), visits
+        height = torch.full_like(force, float(self.metadynamics_height)).unsqueeze(-1)
+        if self.metadynamics_bias_temperature is not None:
+            height = height * torch.exp(-bias.gather(-1, idx) / self.metadynamics_bias_temperature)
+        return bias.scatter_add(-1, idx, height), visits
 
-    @torch.no_grad()
-    def _step(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple[TACTHMCState, StepInfo]:
+    # The step (Luo et al. 2018, Alg. 1 lines 4-15) in two pure halves around the gradient, shared by the eager
+    # step and the compiled one (pure_transition): the momenta as their flat buffer ``flat``, ``(C, D)`` chain
+    # major or ``(D,)``, every per-chain quantity ``(C,)`` or ``()``.
+
+    def _before_gradient(self, flat: Tensor, weight: Tensor, xi: Tensor, r_xi: Tensor, z_theta: Tensor,
+                         z_xi: Tensor, eta: Tensor, eta_xi: float, bias: Tensor) -> tuple:
+        """Lines 4-8: the coupling ``(lam, dlam)``, the kinetic temperature, the thermostats' new values, the
+        bin of ``xi`` and its biasing force."""
         T = self.temperature
-        if self.tempering_step_size != "auto":  # a value set on a continuing chain takes effect
-            state.tempering_step_size = float(self.tempering_step_size)
-        pre, flat = state.precond, state.flat_momentum
-        eta, eta_xi = pre.step_size, state.tempering_step_size
-        kick = state.derived("kick", lambda: views(pre.per_coordinate(eta, 1.0, flat), state.position))
-        noise_scale = state.derived("noise", lambda: views(pre.per_coordinate(
-            torch.sqrt(2.0 * self.noise * eta * T), 0.5, flat), state.position))
-        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(1.0 / eta, -1.0, flat))
-        r, theta, rng, layout = state.momentum, state.position, state.rng, state.layout
-        xi, r_xi = state.xi, state.xi_momentum
-        batched = layout.n_chains is not None
-        n_chains = layout.chains
-        # line 4
         if self.tempering:
             lam = coupling(xi, self.plateau, self.coupling_width, self.coupling_order)
             dlam = coupling_derivative(xi, self.plateau, self.coupling_width, self.coupling_order)
         else:
             lam, dlam = torch.ones_like(xi), torch.zeros_like(xi)
-        lam2, dlam2 = lam * lam, dlam * dlam
-        # lines 5-6: thermostats (kinetic temperature per chain)
-        dim = sum(p.numel() for p in r) // n_chains
-        t_kin = (flat * flat * weight).sum(-1) / dim  # per chain: the momenta are views of one chain-major buffer
+        t_kin = (flat * flat * weight).sum(-1) / flat.shape[-1]  # per chain
         if self.thermostats:  # line 6 in kinetic-temperature form: r'r/D - eta T = eta (T_kin - T) for M = I
-            state.tempering_thermostat = state.tempering_thermostat + dlam2 * (r_xi * r_xi - eta_xi * T) \
-                / self.tempering_thermal_inertia
-            state.thermostat = state.thermostat + lam2 * eta * (t_kin - T) / self.thermal_inertia
-        z_theta, z_xi = state.thermostat, state.tempering_thermostat
-        # line 7-8
+            z_xi = z_xi + dlam * dlam * (r_xi * r_xi - eta_xi * T) / self.tempering_thermal_inertia
+            z_theta = z_theta + lam * lam * eta * (t_kin - T) / self.thermal_inertia
         j = self._bin(xi)
-        delta_a = self._bias_force(state.bias, j, xi)
-        value, grad = potential.value_and_grad(batch)
-        value = value.detach().to(xi.dtype).reshape(xi.shape)
-        # line 9: tempering momentum
-        xi_kick = rng.normal(1, xi.dtype).reshape(xi.shape)  # drawn also without tempering: streams stay aligned
-        if self.tempering:
+        return lam, dlam, t_kin, z_theta, z_xi, j, self._bias_force(bias, j, xi)
+
+    def _after_gradient(self, flat: Tensor, grad: Tensor, value: Tensor, xi: Tensor, r_xi: Tensor,
+                        z_theta: Tensor, z_xi: Tensor, bias: Tensor, visits: Tensor, lam: Tensor, dlam: Tensor,
+                        j: Tensor, delta_a: Tensor, eta_xi: float, kick: Tensor, noise_scale: Tensor,
+                        noise: Tensor, xi_kick: Tensor) -> tuple:
+        """Lines 9-14 given the gradient ``grad`` (laid out as ``flat``) and the potential ``value`` per chain:
+        the new ``(flat, xi, r_xi, bias, visits)``."""
+        T = self.temperature
+        lam2, dlam2 = lam * lam, dlam * dlam
+        if self.tempering:  # line 9: tempering momentum
             r_xi = (r_xi - dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * xi_kick)
                     - dlam2 * z_xi * r_xi + eta_xi * delta_a)
         # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta M^-1 grad + lam sqrt(2 c eta T M^-1) N
-        decay = 1.0 - lam2 * z_theta
-        noise = gaussian_like(r, rng, layout)
-        for m, g, w, k, c in zip(r, grad, noise, kick, noise_scale):
-            lam_m = _per_chain(lam, m)
-            m.mul_(_per_chain(decay, m)).addcmul_(g, k * lam_m, value=-1.0).addcmul_(w, c * lam_m)
+        lam_f = _per_chain(lam, flat)
+        flat = torch.addcmul(torch.addcmul(flat * _per_chain(1.0 - lam2 * z_theta, flat), grad, kick * lam_f,
+                                           value=-1.0), noise, noise_scale * lam_f)
         if self.tempering:
-            # line 11
-            self._update_bias(state, j, dlam * value)
+            bias, visits = self._updated_bias(bias, visits, j, dlam * value)  # line 11
             # lines 12-14: move xi inside the infinite well; on leaving it, reverse the velocity and undo the move
             moved = xi + r_xi
             outside = moved.abs() > self.wall
-            state.xi_momentum = torch.where(outside, -r_xi, r_xi)
-            state.xi = torch.where(outside, xi, moved)
-        # line 15
-        torch._foreach_add_(theta, r)
+            r_xi, xi = torch.where(outside, -r_xi, r_xi), torch.where(outside, xi, moved)
+        return flat, xi, r_xi, bias, visits
+
+    def _scales(self, state: TACTHMCState) -> tuple[Tensor, Tensor, Tensor]:
+        """Per coordinate, laid out as the momenta (cached until the preconditioner changes): the kick
+        ``eta M^-1``, the noise sd ``sqrt(2 c eta T M^-1)`` and the kinetic energy's weight ``M^-1 / eta``."""
+        pre, flat, T = state.precond, state.flat_momentum, self.temperature
+        eta = pre.step_size
+        kick = state.derived("kick_flat", lambda: pre.per_coordinate(eta, 1.0, flat))
+        noise = state.derived("noise_flat", lambda: pre.per_coordinate(torch.sqrt(2.0 * self.noise * eta * T), 0.5,
+                                                                        flat))
+        weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(1.0 / eta, -1.0, flat))
+        return kick, noise, weight
+
+    def _draw_noise(self, state: TACTHMCState) -> tuple[Tensor, Tensor]:
+        """The step's noise from the chains' streams, in the order the step uses it: the tempering kick (drawn
+        also without tempering, so that the streams stay aligned), then the momenta's."""
+        xi_kick = state.rng.normal(1, state.xi.dtype).reshape(state.xi.shape)
+        flat = state.flat_momentum
+        return xi_kick, normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat)
+
+    def _tempering_step_size(self, state: TACTHMCState) -> float:
+        if self.tempering_step_size != "auto":  # a value set on a continuing chain takes effect
+            state.tempering_step_size = float(self.tempering_step_size)
+        return state.tempering_step_size
+
+    @torch.no_grad()
+    def _step(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple[TACTHMCState, StepInfo]:
+        eta_xi = self._tempering_step_size(state)
+        kick, noise_scale, weight = self._scales(state)
+        flat, xi = state.flat_momentum, state.xi
+        lam, dlam, t_kin, z_theta, z_xi, j, delta_a = self._before_gradient(
+            flat, weight, xi, state.xi_momentum, state.thermostat, state.tempering_thermostat,
+            state.precond.step_size, eta_xi, state.bias)
+        state.thermostat, state.tempering_thermostat = z_theta, z_xi
+        value, grad = potential.value_and_grad(batch)  # lines 7-8
+        value = value.detach().to(xi.dtype).reshape(xi.shape)
+        xi_kick, noise = self._draw_noise(state)
+        new_flat, state.xi, state.xi_momentum, state.bias, state.bin_visits = self._after_gradient(
+            flat, flatten(grad, state.layout), value, xi, state.xi_momentum, z_theta, z_xi, state.bias,
+            state.bin_visits, lam, dlam, j, delta_a, eta_xi, kick, noise_scale, noise, xi_kick)
+        flat.copy_(new_flat)
+        torch._foreach_add_(state.position, state.momentum)  # line 15
         state.step += 1
-        # line 16-18: collect at unit temperature every K steps
+        return state, self._step_info(state, value, t_kin, xi, lam, z_theta, z_xi)
+
+    def _step_info(self, state: TACTHMCState, value: Tensor, t_kin: Tensor, xi: Tensor, lam: Tensor,
+                   z_theta: Tensor, z_xi: Tensor) -> StepInfo:
+        """Lines 16-18 after the step (``state.step`` advanced; ``xi`` the step's starting value): count the
+        plateau, collect at unit temperature every ``steps_per_sample`` steps (resampling the momenta when
+        asked), and the step's diagnostics."""
         # on the plateau |xi| <= xi_0, tested on xi itself: just outside it, lambda = 1 / (1 + s^n) rounds to 1 in
         # float32 although the step ran (infinitesimally) hot
         on_plateau = (xi.abs() <= self.plateau) if self.tempering else torch.ones_like(xi, dtype=torch.bool)
         plateau_flag = on_plateau.to(xi.dtype)
         state.plateau_steps = state.plateau_steps + plateau_flag
+        batched = state.layout.n_chains is not None
         if state.step % self.steps_per_sample == 0:  # the only steps that synchronise with the device
             is_draw = on_plateau.clone()
             if self.resample_momentum:  # every chain draws, so that its stream does not depend on the others
@@ -520,15 +554,55 @@ class TACTHMC(Sampler):
                 is_draw = bool(is_draw)
         else:
             is_draw = torch.zeros_like(on_plateau) if batched else False
-        info = StepInfo(
-            potential=value,
-            kinetic_energy=0.5 * t_kin * dim,
-            kinetic_temperature=t_kin,
-            is_draw=is_draw,
-            extra={"xi": xi, "effective_temperature": T / lam, "thermostat": z_theta,
-                   "tempering_thermostat": z_xi, "on_plateau": plateau_flag},
-        )
-        return state, info
+        dim = state.flat_momentum.shape[-1]
+        return StepInfo(potential=value, kinetic_energy=0.5 * t_kin * dim, kinetic_temperature=t_kin,
+                        is_draw=is_draw,
+                        extra={"xi": xi, "effective_temperature": self.temperature / lam, "thermostat": z_theta,
+                               "tempering_thermostat": z_xi, "on_plateau": plateau_flag})
+
+    # the same step as a pure function, for bayesnet.samplers.compiled; the momentum resampling of line 17 (every
+    # steps_per_sample steps, when asked) stays an eager update after it
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """:meth:`_step` as a pure function: ``(positions, momenta, xi, r_xi, thermostat, tempering thermostat,
+        bias, visits, eta, eta_xi, kick, noise_scale, weight, noise, xi_kick, X, y, factors, offset) ->
+        (positions, momenta, xi, r_xi, bias, visits, thermostats, potentials, kinetic temperatures, lam)``, the
+        same halves as :meth:`_step`."""
+        grad_and_value = potential_gradients(potentials)
+
+        def transition(position, flat, xi, r_xi, z_theta, z_xi, bias, visits, eta, eta_xi, kick, noise_scale,
+                       weight, noise, xi_kick, X, y, factors, offset):
+            lam, dlam, t_kin, z_theta, z_xi, j, delta_a = self._before_gradient(flat, weight, xi, r_xi, z_theta,
+                                                                                z_xi, eta, eta_xi, bias)
+            grads, (_, u) = grad_and_value(position, X, y, factors, offset)
+            value = u.to(xi.dtype).reshape(xi.shape)
+            flat, xi, r_xi, bias, visits = self._after_gradient(
+                flat, flatten(grads, layout), value, xi, r_xi, z_theta, z_xi, bias, visits, lam, dlam, j, delta_a,
+                eta_xi, kick, noise_scale, noise, xi_kick)
+            moved = [p + m for p, m in zip(position, views(flat, position))]
+            return moved, flat, xi, r_xi, bias, visits, z_theta, z_xi, value, t_kin, lam
+
+        return transition
+
+    def transition_inputs(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple:
+        eta_xi = self._tempering_step_size(state)
+        kick, noise_scale, weight = self._scales(state)
+        xi_kick, noise = self._draw_noise(state)
+        factors, offset = potential.prior_form()
+        X, y = batch
+        return ([p.detach() for p in state.position], state.flat_momentum, state.xi, state.xi_momentum,
+                state.thermostat, state.tempering_thermostat, state.bias, state.bin_visits, state.precond.step_size,
+                eta_xi, kick, noise_scale, weight, noise, xi_kick, X, y, factors, offset)
+
+    def finish_transition(self, state: TACTHMCState, outputs) -> StepInfo:
+        moved, flat, xi, r_xi, bias, visits, z_theta, z_xi, value, t_kin, lam = outputs
+        start = state.xi
+        write_back(state, moved, flat)
+        state.xi, state.xi_momentum, state.bias, state.bin_visits = xi, r_xi, bias, visits
+        state.thermostat, state.tempering_thermostat = z_theta, z_xi
+        state.step += 1
+        return self._step_info(state, value.detach(), t_kin, start, lam, z_theta, z_xi)
 
     def _resample(self, state: TACTHMCState, chains: Tensor) -> None:
         T = self.temperature
