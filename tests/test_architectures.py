@@ -401,6 +401,19 @@ def test_a_chain_that_runs_hot_stops_as_a_divergence(henon):
     with pytest.raises(DivergenceError, match="kinetic temperature far above"):
         est.fit(Xtr, ytr)
     assert est.fit_status_["diverged_chains"][0]["step"] == 30 and est.sampler_state_.step == 30
+    # ... and so is one that an error ends (skorch calls on_train_end only after an interrupt): the diverging
+    # chain's steps are judged and recorded, its draws from steps 11-30 discarded, and the error itself propagates
+    class FailAt30(Callback):
+        def on_batch_end(self, net, training=False, **kwargs):
+            if training and net.sampler_state_.step == 30:
+                raise RuntimeError("a user's callback failed")
+
+    est.set_params(callbacks=[("fail", FailAt30())])
+    with pytest.raises(RuntimeError, match="a user's callback failed"):
+        est.fit(Xtr, ytr)
+    status = est.fit_status_
+    assert status["status"] == "diverged" and status["diverged_chains"][0]["step"] == 30
+    assert status["diverged_chains"][0]["draws_discarded"] > 0 and len(est.trace_) == 0
     est.set_params(callbacks=None, callbacks__divergence__temperature_tolerance=50.0,
                    callbacks__divergence__warmup_temperature_limit=0.01, callbacks__divergence__warmup_patience=5,
                    burn_in=20)

@@ -26,7 +26,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..predictive import PosteriorPredictive
 from ..priors import make_prior
-from ..samplers import DEFAULT_SAMPLER, Sampler, available_samplers, make_sampler, sampler_class
+from ..samplers import (DEFAULT_SAMPLER, DivergenceError, Sampler, available_samplers, make_sampler,
+                        sampler_class)
 from . import run
 from .callbacks import DivergenceMonitor, DrawQuota, SamplingProgressBar
 from .parallel import fit_groups, n_groups
@@ -326,6 +327,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         try:
             with run.deferred_interrupt(self), run.sampling_threads(self, X, batch_size):
                 super().partial_fit(X, y, epochs=epochs)
+        except Exception as exc:
+            if not isinstance(exc, DivergenceError):  # skorch's on_train_end follows only an interrupt
+                run.judge_unread_steps(self)
+            raise
         finally:
             for _, cb in self.callbacks_:
                 if isinstance(cb, SamplingProgressBar):

@@ -32,7 +32,7 @@ from ..plan import ChainLayout, RunPlan
 from ..posterior import ChainPosterior
 from ..predictive import PosteriorPredictive
 from ..priors import make_prior
-from ..samplers import ChainRandom, make_sampler, sampler_class
+from ..samplers import ChainRandom, DivergenceError, make_sampler, sampler_class
 from ..trace import StepStats, Trace
 from .callbacks import DivergenceMonitor
 
@@ -494,6 +494,19 @@ def _kept_per_quota_slot(net) -> np.ndarray:
     mask = np.asarray(net.sampler_.quota_members(net.layout_), dtype=bool)
     mask = mask if mask.shape == trace.active.shape else np.ones_like(trace.active)
     return trace.stored_per_slot[trace.active & mask]
+
+
+def judge_unread_steps(net) -> None:
+    """After a run stopped by an error (a failing callback, memory, a worker): let the divergence monitor judge the
+    steps it has not read yet (:meth:`DivergenceMonitor.on_train_end`), so that no draw of a chain that was
+    leaving its typical set stays in ``trace_``. A divergence found here is recorded in ``fit_status_`` and not
+    raised: the run's own error propagates."""
+    for _, cb in getattr(net, "callbacks_", []):
+        if isinstance(cb, DivergenceMonitor):
+            try:
+                cb.on_train_end(net)
+            except DivergenceError:
+                pass
 
 
 def finish_call(net, interrupted: bool) -> None:
