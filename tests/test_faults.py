@@ -784,3 +784,33 @@ def test_a_fit_pickled_with_the_monitors_device_flags_continues(iris):
     assert state["processed"] == old.sampler_state_.step == 60 + 2 * 10 + 2 * 15  # a completed run: 15 more draws
     assert old.fit_status_["status"] == "complete" and not old.fit_status_["diverged_chains"]
     assert np.isfinite(state["reference"][1]).all()  # the warm-up's reference survived the conversion
+
+
+def test_the_draw_quota_counts_judged_draws_only(iris):
+    """tacthmc's draw quota (samplers that collect some steps) ends a run once the draws are in; before it
+    stops, the divergence monitor judges the steps it has not read yet, so that a chain found diverging there
+    is retired and its draws are not counted (before: the quota counted them, and the run could stop with a
+    surviving chain short of its draws). Shown with a monitor whose judgement retires chain 1, dropping its
+    last 5 draws, when first asked: the quota asks it at the step the draws looked complete, before it stops the
+    run (before the change, only the run's end asked, after the stop), then counts the chain left (its 30)."""
+    from bayesnet.estimators.callbacks import DivergenceMonitor
+
+    class RetiresChainOne(DivergenceMonitor):
+        calls = []
+
+        def judge_unread(self, net):
+            self.calls.append((int(net.sampler_state_.step), net.fit_status_["stopped_by"]))
+            if net.trace_.active[1]:
+                net.trace_.retire([1], int(net.sampler_state_.step) - 5)
+
+    X, y = iris
+    est = BayesianMLPClassifier(hidden_layer_sizes=(4,), sampler="tacthmc", n_chains=2, burn_in=100, n_draws=30,
+                                thinning=1, sampler__steps_per_sample=1, random_state=0,
+                                callbacks__divergence=RetiresChainOne())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    calls = RetiresChainOne.calls
+    assert calls and calls[0][1] is None  # asked by the quota, before it stopped the run
+    assert est.fit_status_["stopped_by"] == "draws collected" and est.fit_status_["status"] == "complete"
+    assert list(est.trace_.stored_per_slot) == [30, 25] and est.sampler_state_.step == 130

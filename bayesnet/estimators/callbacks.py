@@ -172,6 +172,12 @@ class DivergenceMonitor(Callback):
     def on_train_end(self, net, **kwargs):
         """Judge the steps not yet read when a run ends between two reads (an interrupt, the draw quota): no draw
         of a chain that was leaving its typical set outlives the call that stored it."""
+        self.judge_unread(net)
+
+    def judge_unread(self, net) -> None:
+        """Read and judge the steps recorded since the last read, now (the end of a run, or :class:`DrawQuota`
+        before it counts the draws); raises :class:`~bayesnet.samplers.DivergenceError` as a read does when every
+        chain has diverged."""
         sampler_state = getattr(net, "sampler_state_", None)
         state = getattr(net, "divergence_state_", None)
         if sampler_state is None or state is None or getattr(net, "step_stats_", None) is None:
@@ -381,6 +387,13 @@ class DrawQuota(Callback):
             return
         trace = net.trace_
         new = (trace.kept_per_slot - net.kept_at_call_start_)[trace.active]
+        if new.size and new.mean() >= net.n_draws:
+            # only judged draws count: a chain diverging since the divergence monitor's last read is retired (its
+            # draws from the bad steps discarded) before the quota is counted again
+            for _, cb in net.callbacks_:
+                if isinstance(cb, DivergenceMonitor):
+                    cb.judge_unread(net)
+            new = (trace.kept_per_slot - net.kept_at_call_start_)[trace.active]
         if new.size and new.mean() >= net.n_draws:
             net.fit_status_["stopped_by"] = "draws collected"
             raise KeyboardInterrupt

@@ -504,7 +504,7 @@ def judge_unread_steps(net) -> None:
     for _, cb in getattr(net, "callbacks_", []):
         if isinstance(cb, DivergenceMonitor):
             try:
-                cb.on_train_end(net)
+                cb.judge_unread(net)
             except DivergenceError:
                 pass
 
