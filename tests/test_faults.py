@@ -814,3 +814,27 @@ def test_the_draw_quota_counts_judged_draws_only(iris):
     assert calls and calls[0][1] is None  # asked by the quota, before it stopped the run
     assert est.fit_status_["stopped_by"] == "draws collected" and est.fit_status_["status"] == "complete"
     assert list(est.trace_.stored_per_slot) == [30, 25] and est.sampler_state_.step == 130
+
+
+def test_a_failing_judgement_never_replaces_the_runs_own_error(iris, monkeypatch):
+    """A run ended by an error has its unread steps judged (run.judge_unread_steps); should that judgement fail
+    too (the statistics unreadable after a device error, say), the caller still sees the run's own error, and a
+    ConvergenceWarning says the last steps went unchecked."""
+    from bayesnet.estimators.callbacks import DivergenceMonitor
+
+    def unreadable(self, net):
+        raise RuntimeError("statistics unreadable")
+
+    class FailAt20(Callback):
+        def on_batch_end(self, net, training=False, **kwargs):
+            if training and net.sampler_state_.step == 20:
+                raise MemoryError("out of memory at step 20")
+
+    monkeypatch.setattr(DivergenceMonitor, "judge_unread", unreadable)
+    X, y = iris
+    est = BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=10, n_draws=30, thinning=1, random_state=0,
+                                callbacks=[("fail", FailAt20())])
+    with pytest.warns(ConvergenceWarning, match="could not judge the steps after its last read.*statistics "
+                                                "unreadable"):
+        with pytest.raises(MemoryError, match="out of memory at step 20"):
+            est.fit(X, y)

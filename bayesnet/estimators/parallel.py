@@ -125,9 +125,11 @@ def fit_groups(net, X, y, classes) -> None:
 
     for shard, err in errors:
         if not isinstance(err, DivergenceError):
+            after = ("its chains had diverged by then (fit_status_['diverged_chains']): their draws from before "
+                     "are kept" if shard.fit_status_.get("status") == "diverged" else
+                     "its draws so far are kept, and partial_fit continues it")
             warnings.warn(f"the group of chains {_chains(shard)} stopped early with {type(err).__name__}: {err}; "
-                          "its draws so far are kept, and partial_fit continues it.", ConvergenceWarning,
-                          stacklevel=user_stacklevel())
+                          f"{after}.", ConvergenceWarning, stacklevel=user_stacklevel())
     if errors and len(errors) == len(kept):
         if all(isinstance(e, DivergenceError) for _, e in errors):
             raise errors[0][1]  # every chain diverged (each group's error names its own); the draws are merged

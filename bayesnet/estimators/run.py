@@ -500,13 +500,19 @@ def judge_unread_steps(net) -> None:
     """After a run stopped by an error (a failing callback, memory, a worker): let the divergence monitor judge the
     steps it has not read yet (:meth:`DivergenceMonitor.on_train_end`), so that no draw of a chain that was
     leaving its typical set stays in ``trace_``. A divergence found here is recorded in ``fit_status_`` and not
-    raised: the run's own error propagates."""
+    raised: the run's own error propagates (a failure of the judgement itself becomes a warning, never the error
+    the caller sees)."""
     for _, cb in getattr(net, "callbacks_", []):
         if isinstance(cb, DivergenceMonitor):
             try:
                 cb.judge_unread(net)
             except DivergenceError:
                 pass
+            except Exception as exc:  # (reading the statistics after, say, a device error)
+                warnings.warn(f"the divergence monitor could not judge the steps after its last read "
+                              f"({type(exc).__name__}: {exc}); draws stored since step "
+                              f"{getattr(net, 'divergence_state_', {}).get('processed', '?')} were not checked.",
+                              ConvergenceWarning, stacklevel=2)
 
 
 def finish_call(net, interrupted: bool) -> None:

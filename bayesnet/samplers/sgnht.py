@@ -210,7 +210,7 @@ class SGNHT(Sampler):
     def finish_transition(self, state: SGNHTState, outputs) -> StepInfo:
         moved, flat, z, value, t_kin = outputs
         write_back(state, moved, flat)
-        state.thermostat = z
+        state.thermostat = z.clone()  # (an output may be reused by the next call: CUDA graphs)
         state.step += 1
         dim = chain_numel(state.momentum, state.layout)
         return StepInfo(potential=value.detach(), kinetic_energy=0.5 * t_kin * dim, kinetic_temperature=t_kin,

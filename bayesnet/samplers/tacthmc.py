@@ -472,18 +472,22 @@ class TACTHMC(Sampler):
     def _after_gradient(self, flat: Tensor, grad: Tensor, value: Tensor, xi: Tensor, r_xi: Tensor,
                         z_theta: Tensor, z_xi: Tensor, bias: Tensor, visits: Tensor, lam: Tensor, dlam: Tensor,
                         j: Tensor, delta_a: Tensor, eta_xi: float, kick: Tensor, noise_scale: Tensor,
-                        noise: Tensor, xi_kick: Tensor) -> tuple:
+                        noise: Tensor, xi_kick: Tensor, in_place: bool = False) -> tuple:
         """Lines 9-14 given the gradient ``grad`` (laid out as ``flat``) and the potential ``value`` per chain:
-        the new ``(flat, xi, r_xi, bias, visits)``."""
+        the new ``(flat, xi, r_xi, bias, visits)``; ``in_place`` updates ``flat`` itself (the eager step: the same
+        operations, no temporaries of its size), else a new tensor (the pure one)."""
         T = self.temperature
         lam2, dlam2 = lam * lam, dlam * dlam
         if self.tempering:  # line 9: tempering momentum
             r_xi = (r_xi - dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * xi_kick)
                     - dlam2 * z_xi * r_xi + eta_xi * delta_a)
         # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta M^-1 grad + lam sqrt(2 c eta T M^-1) N
-        lam_f = _per_chain(lam, flat)
-        flat = torch.addcmul(torch.addcmul(flat * _per_chain(1.0 - lam2 * z_theta, flat), grad, kick * lam_f,
-                                           value=-1.0), noise, noise_scale * lam_f)
+        lam_f, decay = _per_chain(lam, flat), _per_chain(1.0 - lam2 * z_theta, flat)
+        if in_place:
+            flat.mul_(decay).addcmul_(grad, kick * lam_f, value=-1.0).addcmul_(noise, noise_scale * lam_f)
+        else:
+            flat = torch.addcmul(torch.addcmul(flat * decay, grad, kick * lam_f, value=-1.0), noise,
+                                 noise_scale * lam_f)
         if self.tempering:
             bias, visits = self._updated_bias(bias, visits, j, dlam * value)  # line 11
             # lines 12-14: move xi inside the infinite well; on leaving it, reverse the velocity and undo the move
@@ -527,10 +531,9 @@ class TACTHMC(Sampler):
         value, grad = potential.value_and_grad(batch)  # lines 7-8
         value = value.detach().to(xi.dtype).reshape(xi.shape)
         xi_kick, noise = self._draw_noise(state)
-        new_flat, state.xi, state.xi_momentum, state.bias, state.bin_visits = self._after_gradient(
+        _, state.xi, state.xi_momentum, state.bias, state.bin_visits = self._after_gradient(
             flat, flatten(grad, state.layout), value, xi, state.xi_momentum, z_theta, z_xi, state.bias,
-            state.bin_visits, lam, dlam, j, delta_a, eta_xi, kick, noise_scale, noise, xi_kick)
-        flat.copy_(new_flat)
+            state.bin_visits, lam, dlam, j, delta_a, eta_xi, kick, noise_scale, noise, xi_kick, in_place=True)
         torch._foreach_add_(state.position, state.momentum)  # line 15
         state.step += 1
         return state, self._step_info(state, value, t_kin, xi, lam, z_theta, z_xi)
@@ -596,11 +599,14 @@ class TACTHMC(Sampler):
                 eta_xi, kick, noise_scale, weight, noise, xi_kick, X, y, factors, offset)
 
     def finish_transition(self, state: TACTHMCState, outputs) -> StepInfo:
+        # copies, not the outputs themselves (a compiled function's outputs may be reused by its next call: CUDA
+        # graphs), as write_back copies the positions and momenta
         moved, flat, xi, r_xi, bias, visits, z_theta, z_xi, value, t_kin, lam = outputs
         start = state.xi
         write_back(state, moved, flat)
-        state.xi, state.xi_momentum, state.bias, state.bin_visits = xi, r_xi, bias, visits
-        state.thermostat, state.tempering_thermostat = z_theta, z_xi
+        state.xi, state.xi_momentum, state.bias, state.bin_visits = xi.clone(), r_xi.clone(), bias.clone(), \
+            visits.clone()
+        state.thermostat, state.tempering_thermostat = z_theta.clone(), z_xi.clone()
         state.step += 1
         return self._step_info(state, value.detach(), t_kin, start, lam, z_theta, z_xi)
 
