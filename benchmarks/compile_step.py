@@ -20,7 +20,8 @@ alternating repeats), their ratio, and the compile time, from which the steps a 
 batch 64, the hierarchical prior, 200 warm-up steps and 1,500 sampling steps) with ``compile=False`` and
 ``compile=True``, for each named sampler with 1 and 16 chains: medians over the sampling phase's steps (its first
 300 left out), two alternating fits each, and the first fit's compile time (tacthmc: 30 draws, one every 50 steps
-on the plateau, about 1,500 sampling steps; its prior is the fan-in one, as for every sampler that tempers).
+on the plateau, about 1,500 sampling steps; its prior is the fan-in one, as for every sampler that tempers; hmc:
+600 transitions of about 20 leapfrog steps on the full batch, its compiled unit the leapfrog step).
 """
 
 from __future__ import annotations
@@ -137,14 +138,17 @@ def estimator_step(sampler: str, chains: int) -> str:
     times = {False: [], True: []}
     compile_s = []
     # tacthmc collects a draw every 50 steps on the plateau (about 1,500 steps for 30 draws); the others every 10th
-    draws = dict(n_draws=30, thinning=1) if sampler == "tacthmc" else dict(n_draws=150, thinning=10)
+    # hmc's steps are transitions of about 20 leapfrog steps each, on the full batch (its exact test)
+    draws = {"tacthmc": dict(n_draws=30, thinning=1), "hmc": dict(n_draws=60, thinning=10, batch_size=-1)}.get(
+        sampler, dict(n_draws=150, thinning=10))
     try:
         for compiled in (False, True, False, True):
             stamps.clear()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                est = BayesianMLPClassifier(hidden_layer_sizes=(16,), sampler=sampler, burn_in=200, n_chains=chains,
-                                            batch_size=64, random_state=0, compile=compiled, **draws).fit(X, y)
+                est = BayesianMLPClassifier(**{**dict(hidden_layer_sizes=(16,), sampler=sampler, burn_in=200,
+                                                      n_chains=chains, batch_size=64, random_state=0,
+                                                      compile=compiled), **draws}).fit(X, y)
             times[compiled].append(float(np.median(np.diff(stamps)[500:])) * 1e3)
             if compiled:
                 compile_s.append(est.compiled_step_.compile_seconds)

@@ -56,14 +56,15 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
 PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme": "BAOAB"}),
         ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"}),
         ("eqn", {"sampler__n_walkers": 4}), ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_interval": 7}),
-        ("tacthmc", {}),
+        ("tacthmc", {"sampler__steps_per_sample": 5}),
         ("tacthmc", {"sampler__biasing": "metadynamics", "sampler__resample_momentum": True,
-                     "sampler__steps_per_sample": 4})]
+                     "sampler__steps_per_sample": 4}),
+        ("hmc", {})]
 #: eqn with B_i = I throughout (no update within 1,000 steps), and with updates at steps 105, 112, 119, 126
-#: tacthmc with its defaults (ABF, a draw every 50 steps), and with metadynamics and the momenta resampled eagerly
-#: between compiled steps every 4th (both started off the plateau, below)
+#: tacthmc with ABF (a draw every 5th step), and with metadynamics and the momenta resampled eagerly between
+#: compiled steps at every 4th (both with one chain on the plateau, drawing, and one off it, below)
 PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-updates",
-            "tacthmc", "tacthmc-metadynamics-resampled"]
+            "tacthmc", "tacthmc-metadynamics-resampled", "hmc"]
 
 
 @pytest.mark.parametrize("sampler,extra", PURE, ids=PURE_IDS)
@@ -86,16 +87,18 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
     (eager_state, eager_post), (pure_state, pure_post) = runs
     if hasattr(eager_state, "grad"):  # a cached gradient: start without one (both take it on the first batch)
         eager_state.grad = pure_state.grad = None
-    if sampler == "tacthmc":  # off the plateau and moving, so that the coupling, the tempering momentum, the
-        for state in (eager_state, pure_state):  # biasing force and table all take part (on it, lambda = 1, 0)
-            state.xi = torch.tensor([0.6, -0.9])
+    if sampler == "tacthmc":  # chain 1 off the plateau and moving, so that the coupling, the tempering momentum,
+        for state in (eager_state, pure_state):  # the biasing force and table all take part (on it, lambda = 1,
+            state.xi = torch.tensor([0.2, -0.9])  # 0); chain 0 on it, taking draws (and resampling)
             state.xi_momentum = torch.tensor([1e-3, 2e-3])
     if sampler == "eqn":  # the path each case is for: B_i = I throughout, or a snapshot from step 98 and refreshes
         assert (pure_state.snapshot is None) == (extra.get("sampler__covariance_interval", 1000) == 1000)
     pure = CompiledTransition(est.sampler_, pure_post, pure_state.layout, compile=False)
+    draws = []
     for _ in range(25):
         _, want = est.sampler_.step(eager_state, eager_post, batch)
         _, got = pure(pure_state, pure_post, batch)
+        draws.append(got.is_draw)
         for a, b in zip(eager_state.position, pure_state.position):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * float(a.abs().max()))
         for name in ("potential", "kinetic_energy", "kinetic_temperature"):
@@ -104,11 +107,15 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         for name in want.extra:
             torch.testing.assert_close(got.extra[name], want.extra[name], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(torch.as_tensor(got.is_draw), torch.as_tensor(want.is_draw))
-        for name in ("xi", "xi_momentum", "bias", "bin_visits", "plateau_steps"):  # tacthmc's own state
+        for name in ("xi", "xi_momentum", "bias", "bin_visits", "plateau_steps", "thermostat",
+                     "tempering_thermostat"):  # tacthmc's own state
             if hasattr(eager_state, name):
                 torch.testing.assert_close(getattr(pure_state, name), getattr(eager_state, name), rtol=1e-4,
                                            atol=1e-6)
     assert pure_state.step == eager_state.step and torch.isfinite(got.potential).all()
+    if sampler == "tacthmc":  # chain 0 drew at the collection steps, chain 1 (hot) never
+        drawn = torch.stack([torch.as_tensor(d) for d in draws])
+        assert drawn[:, 0].any() and not drawn[:, 1].any()
     for a, b in zip(getattr(eager_state, "grad", None) or [], getattr(pure_state, "grad", None) or []):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
     if hasattr(eager_state, "flat_momentum"):  # (sgld has none)
@@ -123,17 +130,19 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
 
 @pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50}),
                                            ("tacthmc", {"sampler__steps_per_sample": 10,
-                                                        "sampler__resample_momentum": True})],
-                         ids=["baoab", "eqn", "tacthmc"])
-def test_the_compiled_baoab_eqn_and_tacthmc_transitions_give_the_eager_draws(cancer, sampler, extra):
-    """BAOAB, eqn and TACT-HMC compiled: the first draws of the eager chains, within float32 rounding (the
+                                                        "sampler__resample_momentum": True}),
+                                           ("hmc", {"batch_size": -1})],
+                         ids=["baoab", "eqn", "tacthmc", "hmc"])
+def test_the_compiled_baoab_eqn_tacthmc_and_hmc_transitions_give_the_eager_draws(cancer, sampler, extra):
+    """BAOAB, eqn, TACT-HMC and HMC compiled: the first draws of the eager chains, within float32 rounding (the
     step-for-step check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU
     unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
     eqn's preconditioner is refreshed at steps 100 and 150, TACT-HMC's momenta resampled at every draw, both
-    eagerly between compiled steps."""
+    eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager
+    (on the full batch, as the exact test needs)."""
     X, y = cancer
-    params = dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=5, n_chains=2, batch_size=64,
-                  random_state=0, **extra)
+    params = {**dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=5, n_chains=2, batch_size=64,
+                     random_state=0), **extra}
     eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
     fast = _fit(BayesianMLPClassifier(compile=True, **params), X, y)
     if fast.compiled_step_.fallback is not None:
@@ -171,8 +180,8 @@ def test_auto_compiles_only_runs_that_repay_it(cancer):
     assert short.compile == "auto" and short.compiled_step_ is None
     assert short.fit_status_["compiled"].startswith("compile='auto'") and str(COMPILE_MIN_STEPS) in \
         short.fit_status_["compiled"]
-    other = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), sampler="hmc", burn_in=20, n_draws=5, compile=True,
-                                       random_state=0), X, y)
+    other = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), sampler="pt-langevin", burn_in=20, n_draws=5,
+                                       compile=True, random_state=0), X, y)
     assert other.compiled_step_ is None and "no pure transition" in other.fit_status_["compiled"]
 
 

@@ -588,6 +588,13 @@ class Sampler(BaseEstimator):
         result applied by :meth:`finish_transition`."""
         raise NotImplementedError(f"{self.name} has no pure transition.")
 
+    def run_compiled(self, state: SamplerState, potential: Potential, batch: Any, fn) -> StepInfo:
+        """One frozen step through ``fn``, the compiled :meth:`pure_transition` (:class:`~bayesnet.samplers.compiled.
+        CompiledTransition` calls it): by default the whole step, ``fn(*transition_inputs(...))`` finished by
+        :meth:`finish_transition`. A kernel whose compiled unit is a part of its step that it repeats (hmc's
+        leapfrog step) drives ``fn`` itself here."""
+        return self.finish_transition(state, fn(*self.transition_inputs(state, potential, batch)))
+
     def transition_inputs(self, state: SamplerState, potential: Potential, batch: Any) -> tuple:
         """The arguments of :meth:`pure_transition`'s function for this step, its noise drawn from the chains'
         streams as the eager step draws it."""

@@ -18,9 +18,13 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
   cannot trace), the first call warns once and the same pure function runs eagerly from then on, with the same
   noise, so the run neither stops nor changes.
 
-Samplers that cannot be written so declare nothing and always run eagerly: ``hmc`` and ``pt-langevin`` (a
-Metropolis test whose branch depends on the data, a random trajectory length). ``sgld``, ``sghmc``, ``sgnht``,
-``baoab`` (each of its schemes), ``eqn`` and ``tacthmc`` compile. Work a kernel does only at some steps stays an
+``sgld``, ``sghmc``, ``sgnht``, ``baoab`` (each of its schemes), ``eqn`` and ``tacthmc`` compile their whole step;
+``hmc`` compiles its leapfrog step (:meth:`~bayesnet.samplers.Sampler.run_compiled`: a transition repeats it a
+random number of times, so a whole transition would compile once per trajectory length), its momentum refresh and
+Metropolis test (a few operations per trajectory) eager around it. ``pt-langevin`` declares nothing and runs
+eagerly: each step draws which replicas make a Langevin proposal and recomputes the gradient only where its cache
+is stale (a host-side choice of which gradients to take); one pure function would take both gradients at every
+step where the eager step takes one or two, and lose what compiling gains. Work a kernel does only at some steps stays an
 eager update between compiled steps: eqn's walkers' covariance preconditioner, refreshed every
 ``covariance_interval`` steps, whose result (the snapshot and its coefficients) enters the compiled step as an
 input, so it recompiles nothing; tacthmc's momentum resampling at its collection steps. tacthmc's biasing table
@@ -127,13 +131,20 @@ class CompiledTransition:
         self.fallback = None if compile else "compile=False"
         self.compile_seconds = 0.0
         self._shapes: set = set()
+        self._shape = None
 
     def __call__(self, state, potential, batch: Any):
-        """One step of the frozen kernel (the prior's Gibbs step first, as in :meth:`Sampler.step`)."""
+        """One step of the frozen kernel (the prior's Gibbs step first, as in :meth:`Sampler.step`), through
+        the sampler's :meth:`~bayesnet.samplers.Sampler.run_compiled`."""
         self.sampler.gibbs_step(state, potential)
-        inputs = self.sampler.transition_inputs(state, potential, batch)
-        shape = (tuple(None if b is None else tuple(b.shape) for b in batch) if isinstance(batch, (tuple, list))
-                 else None)  # (a potential without data takes (None, None))
+        self._shape = (tuple(None if b is None else tuple(b.shape) for b in batch) if isinstance(batch, (tuple, list))
+                       else None)  # (a potential without data takes (None, None))
+        return state, self.sampler.run_compiled(state, potential, batch, self._run)
+
+    def _run(self, *inputs):
+        """The compiled function on ``inputs`` (compiling at the first call per batch shape, timed), or the pure
+        one eagerly after a failure."""
+        shape = self._shape
         first = shape not in self._shapes and self.fallback is None
         start = time.perf_counter()
         try:
@@ -150,7 +161,7 @@ class CompiledTransition:
         if first:
             self.compile_seconds += time.perf_counter() - start
             self._shapes.add(shape)
-        return state, self.sampler.finish_transition(state, out)
+        return out
 
     def __getstate__(self):  # a compiled function does not pickle: a continued fit compiles again
         raise TypeError("a CompiledTransition is not picklable; the estimators drop it when pickled.")

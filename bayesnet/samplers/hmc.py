@@ -15,9 +15,10 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
+from .compiled import potential_gradients, write_back
 from .integrators import chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
-from .estimates import mask_like
+from .estimates import flatten, mask_like
 from .warmup import Preconditioner, views
 
 __all__ = ["HMC", "HMCState"]
@@ -196,6 +197,11 @@ class HMC(Sampler):
                               accepted_total=torch.zeros_like(log_h), adapted=torch.zeros_like(log_h))
 
     def _step(self, state: HMCState, potential: Potential, batch: Any) -> tuple[HMCState, StepInfo]:
+        return state, self._transition(state, potential, batch)
+
+    def _transition(self, state: HMCState, potential: Potential, batch: Any, leapfrog=None) -> StepInfo:
+        """One transition; its leapfrog steps eager (in place), or, with ``leapfrog``, each by that function (the
+        compiled :meth:`pure_transition`) on the flat momenta, written back before the Metropolis test."""
         theta, p, flat, rng, layout = state.position, state.momentum, state.flat_momentum, state.rng, state.layout
         pre = state.precond
         adapting = state.step < self.n_adaptation_steps
@@ -205,8 +211,8 @@ class HMC(Sampler):
         lo, hi = math.ceil(self.n_leapfrog / 2), self.n_leapfrog + self.n_leapfrog // 2
         n_steps = int(rng.shared.integers(lo, hi + 1)) if hi > lo else lo
         weight = state.derived("kinetic_weight", lambda: pre.per_coordinate(0.5, -1.0, flat))
-        kick = views(pre.per_coordinate(0.5 * h, 1.0, flat), theta)  # v <- v - (h/2) M^-1 grad
-        drift = views(pre.per_coordinate(h, 0.0, flat), theta)  # theta <- theta + h v
+        kick = pre.per_coordinate(0.5 * h, 1.0, flat)  # v <- v - (h/2) M^-1 grad
+        drift = pre.per_coordinate(h, 0.0, flat)  # theta <- theta + h v
         # momentum refresh: v ~ N(0, T M^-1), in the flat buffer the views share
         flat.copy_(normal_flat(rng, layout, flat.numel(), flat.dtype).view_as(flat)).mul_(self.momentum_std(state))
         u0, grad = potential.value_and_grad(batch)
@@ -215,11 +221,21 @@ class HMC(Sampler):
         h0 = u0 + (flat * flat * weight).sum(-1)  # one energy per chain with a chain axis
         u1 = u0
         with torch.no_grad():
-            for _ in range(n_steps):
-                torch._foreach_addcmul_(p, list(grad), kick, value=-1.0)
-                torch._foreach_addcmul_(theta, p, drift)
-                u1, grad = potential.value_and_grad(batch)
-                torch._foreach_addcmul_(p, list(grad), kick, value=-1.0)
+            if leapfrog is None:
+                kick, drift = views(kick, theta), views(drift, theta)
+                for _ in range(n_steps):
+                    torch._foreach_addcmul_(p, list(grad), kick, value=-1.0)
+                    torch._foreach_addcmul_(theta, p, drift)
+                    u1, grad = potential.value_and_grad(batch)
+                    torch._foreach_addcmul_(p, list(grad), kick, value=-1.0)
+            else:
+                factors, offset = potential.prior_form()
+                X, y = batch
+                position, momentum, grad = start, flat, list(grad)
+                for _ in range(n_steps):
+                    position, momentum, grad, u1 = leapfrog(position, momentum, grad, kick, drift, X, y, factors,
+                                                            offset)
+                write_back(state, position, momentum)
         h1 = u1 + (flat * flat * weight).sum(-1)
         # Metropolis-Hastings test, separately for every chain
         log_ratio = (-(h1 - h0) / self.temperature).to(flat.dtype)
@@ -238,12 +254,37 @@ class HMC(Sampler):
         state.transitions += 1
         state.accepted_total = state.accepted_total + accepted.to(flat.dtype)
         kinetic = (flat * flat * weight).sum(-1)
-        return state, StepInfo(
+        return StepInfo(
             potential=u1.detach(), kinetic_energy=kinetic,
             kinetic_temperature=2.0 * kinetic / chain_numel(p, layout),
             extra={"accept_prob": accept_prob, "accepted": accepted.to(flat.dtype), "step_size": base,
                    "n_leapfrog": float(n_steps), "divergent": divergent.to(flat.dtype)},
         )
+
+    # the compiled unit is one leapfrog step (bayesnet.samplers.compiled): a transition repeats it a random number
+    # of times, so the whole transition would compile once per trajectory length; the momentum refresh and the
+    # Metropolis test stay eager around it (a few operations against the trajectory's gradients)
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """One leapfrog step :math:`B_{h/2} A_h B_{h/2}` as a pure function: ``(positions, flat momenta, gradients,
+        kick, drift, X, y, factors, offset) -> (positions, flat momenta, gradients, potentials)``, ``kick`` the
+        per-coordinate ``(h/2) M^-1`` and ``drift`` ``h``, laid out as the flat momenta; the potentials and
+        gradients at the new positions."""
+        grad_and_value = potential_gradients(potentials)
+
+        def leapfrog(position, flat, grad, kick, drift, X, y, factors, offset):
+            flat = torch.addcmul(flat, flatten(grad, layout), kick, value=-1.0)
+            position = [torch.addcmul(t, m, d) for t, m, d in zip(position, views(flat, position),
+                                                                   views(drift, position))]
+            grads, (_, u) = grad_and_value(position, X, y, factors, offset)
+            return position, torch.addcmul(flat, flatten(grads, layout), kick, value=-1.0), list(grads), u
+
+        return leapfrog
+
+    def run_compiled(self, state: HMCState, potential: Potential, batch: Any, fn) -> StepInfo:
+        """A transition whose leapfrog steps are ``fn`` (:meth:`pure_transition`, compiled)."""
+        return self._transition(state, potential, batch, leapfrog=fn)
 
     def _adapt(self, state: HMCState, accept_prob: Tensor) -> None:
         """One dual-averaging update of every chain's log step size (Hoffman and Gelman 2014, Alg. 5)."""
