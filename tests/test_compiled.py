@@ -152,9 +152,12 @@ def test_the_compiled_baoab_eqn_tacthmc_and_hmc_transitions_give_the_eager_draws
     assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
 
 
-def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeypatch):
+@pytest.mark.parametrize("sampler,extra", [("sghmc", {}), ("hmc", {"batch_size": -1, "n_chains": 2})],
+                         ids=["sghmc", "hmc"])
+def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeypatch, sampler, extra):
     """A compiler that fails (no C++ toolchain, say) costs one UserWarning; the run goes on eagerly with the
-    same numbers, and the estimator pickles."""
+    same numbers, and the estimator pickles. hmc's compiled unit fails at its first leapfrog step, inside a
+    transition: the same pure step then runs eagerly on the same inputs."""
     def broken(fn, **kwargs):
         def call(*args):
             raise RuntimeError("no working C++ compiler")
@@ -162,8 +165,9 @@ def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeyp
 
     monkeypatch.setattr(compiled_module.torch, "compile", broken)
     X, y = cancer
-    params = dict(hidden_layer_sizes=(8,), burn_in=50, n_draws=20, batch_size=64, random_state=1)
-    with pytest.warns(UserWarning, match="could not compile the sghmc transition") as record:
+    params = {**dict(hidden_layer_sizes=(8,), burn_in=50, n_draws=20, batch_size=64, random_state=1,
+                     sampler=sampler), **extra}
+    with pytest.warns(UserWarning, match=f"could not compile the {sampler} transition") as record:
         fast = _fit(BayesianMLPRegressor(compile=True, **params), X, y.astype(float))
     assert sum("could not compile" in str(w.message) for w in record) == 1
     assert fast.compiled_step_.fallback.startswith("RuntimeError: no working C++ compiler")

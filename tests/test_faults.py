@@ -790,30 +790,38 @@ def test_the_draw_quota_counts_judged_draws_only(iris):
     """tacthmc's draw quota (samplers that collect some steps) ends a run once the draws are in; before it
     stops, the divergence monitor judges the steps it has not read yet, so that a chain found diverging there
     is retired and its draws are not counted (before: the quota counted them, and the run could stop with a
-    surviving chain short of its draws). Shown with a monitor whose judgement retires chain 1, dropping its
-    last 5 draws, when first asked: the quota asks it at the step the draws looked complete, before it stops the
-    run (before the change, only the run's end asked, after the stop), then counts the chain left (its 30)."""
+    surviving chain short of its draws). Shown with chain 0 put off the plateau after 10 draws (it collects no
+    more) and a monitor whose judgement retires chain 1 when first asked: at step 150 the two chains' 10 and 50
+    draws average the quota's 30; judged first, only chain 0's 10 count, and the run goes on (it would have
+    stopped at step 150 with chain 0 short)."""
     from bayesnet.estimators.callbacks import DivergenceMonitor
 
     class RetiresChainOne(DivergenceMonitor):
-        calls = []
-
         def judge_unread(self, net):
-            self.calls.append((int(net.sampler_state_.step), net.fit_status_["stopped_by"]))
+            self.calls = getattr(self, "calls", []) + [(int(net.sampler_state_.step), net.fit_status_["stopped_by"])]
             if net.trace_.active[1]:
-                net.trace_.retire([1], int(net.sampler_state_.step) - 5)
+                net.trace_.retire([1], int(net.sampler_state_.step))
+
+    class OffThePlateau(Callback):
+        def on_batch_end(self, net, training=False, **kwargs):
+            if training and net.sampler_state_.step == 110:  # |xi| > 1/3: no more draws for chain 0
+                state = net.sampler_state_
+                state.xi = torch.tensor([0.9, 0.0], dtype=state.xi.dtype)
+                state.xi_momentum = torch.zeros_like(state.xi_momentum)
 
     X, y = iris
+    monitor = RetiresChainOne()
     est = BayesianMLPClassifier(hidden_layer_sizes=(4,), sampler="tacthmc", n_chains=2, burn_in=100, n_draws=30,
                                 thinning=1, sampler__steps_per_sample=1, random_state=0,
-                                callbacks__divergence=RetiresChainOne())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+                                callbacks=[("off", OffThePlateau())], callbacks__divergence=monitor)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         est.fit(X, y)
-    calls = RetiresChainOne.calls
-    assert calls and calls[0][1] is None  # asked by the quota, before it stopped the run
-    assert est.fit_status_["stopped_by"] == "draws collected" and est.fit_status_["status"] == "complete"
-    assert list(est.trace_.stored_per_slot) == [30, 25] and est.sampler_state_.step == 130
+    assert monitor.calls[0] == (150, None)  # asked by the quota, before it stopped the run
+    assert list(est.trace_.kept_per_slot) == [10, 50] and not est.trace_.active[1]
+    assert est.sampler_state_.step > 150 and est.fit_status_["stopped_by"] != "draws collected"
+    assert est.fit_status_["status"] == "short"
+    assert any("10 of n_draws=30 draws were kept" in str(w.message) for w in caught)
 
 
 def test_a_failing_judgement_never_replaces_the_runs_own_error(iris, monkeypatch):

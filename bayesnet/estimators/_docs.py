@@ -91,7 +91,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         leapfrog step; not pt-langevin), "auto" only for runs
         of at least 20,000 steps after the warm-up (the compilation, 3-15 s
         on a CPU, is repaid at 0.2-1 ms saved per step; eqn's first, cold
-        compilation only after about 50,000 steps), False never. A
+        compilation only after about 50,000 steps; hmc's steps are
+        transitions of about ``n_leapfrog`` leapfrog steps, each saving
+        2-3 ms on a small MLP, so "auto" is conservative there and
+        True compiles shorter hmc runs that repay it), False never. A
         compiled step is the eager step up to float rounding (along a long
         run the rounding can grow, as between any two machines); a failing compiler
         warns once and the run continues eagerly. ``compile__*`` parameters

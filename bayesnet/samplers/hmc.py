@@ -231,7 +231,9 @@ class HMC(Sampler):
             else:
                 factors, offset = potential.prior_form()
                 X, y = batch
-                position, momentum, grad = start, flat, list(grad)
+                # the gradient as one flat buffer: the same layout from the eager first gradient and from the
+                # compiled steps' (per-tensor gradients' strides differ between the two: a second graph)
+                position, momentum, grad = start, flat, flatten(list(grad), layout)
                 for _ in range(n_steps):
                     position, momentum, grad, u1 = leapfrog(position, momentum, grad, kick, drift, X, y, factors,
                                                             offset)
@@ -267,18 +269,19 @@ class HMC(Sampler):
     compiles = True
 
     def pure_transition(self, potentials, layout: ChainLayout):
-        """One leapfrog step :math:`B_{h/2} A_h B_{h/2}` as a pure function: ``(positions, flat momenta, gradients,
-        kick, drift, X, y, factors, offset) -> (positions, flat momenta, gradients, potentials)``, ``kick`` the
-        per-coordinate ``(h/2) M^-1`` and ``drift`` ``h``, laid out as the flat momenta; the potentials and
-        gradients at the new positions."""
+        """One leapfrog step :math:`B_{h/2} A_h B_{h/2}` as a pure function: ``(positions, flat momenta, flat
+        gradient, kick, drift, X, y, factors, offset) -> (positions, flat momenta, flat gradient, potentials)``,
+        ``kick`` the per-coordinate ``(h/2) M^-1`` and ``drift`` ``h``, the gradient, kick and drift laid out as
+        the flat momenta; the potentials and gradient at the new positions."""
         grad_and_value = potential_gradients(potentials)
 
         def leapfrog(position, flat, grad, kick, drift, X, y, factors, offset):
-            flat = torch.addcmul(flat, flatten(grad, layout), kick, value=-1.0)
+            flat = torch.addcmul(flat, grad, kick, value=-1.0)
             position = [torch.addcmul(t, m, d) for t, m, d in zip(position, views(flat, position),
                                                                    views(drift, position))]
             grads, (_, u) = grad_and_value(position, X, y, factors, offset)
-            return position, torch.addcmul(flat, flatten(grads, layout), kick, value=-1.0), list(grads), u
+            grad = flatten(grads, layout)
+            return position, torch.addcmul(flat, grad, kick, value=-1.0), grad, u
 
         return leapfrog
 
