@@ -18,7 +18,8 @@ alternating repeats), their ratio, and the compile time, from which the steps a 
 
 ``--estimator`` times, instead, a whole fit's step of ``BayesianMLPClassifier`` (breast cancer, 16 hidden units,
 batch 64, the hierarchical prior, 200 warm-up steps and 1,500 sampling steps) with ``compile=False`` and
-``compile=True``, for each named sampler with 1 and 16 chains: medians over the sampling phase's steps (its first
+``compile=True``, for each named sampler with 1 and 16 chains (pt-langevin: full batch, 10 replicas a
+chain): medians over the sampling phase's steps (its first
 300 left out), two alternating fits each, and the first fit's compile time (tacthmc: 30 draws, one every 50 steps
 on the plateau, about 1,500 sampling steps; its prior is the fan-in one, as for every sampler that tempers; hmc:
 600 transitions of about 20 leapfrog steps on the full batch, its compiled unit the leapfrog step).
@@ -139,7 +140,8 @@ def estimator_step(sampler: str, chains: int) -> str:
     compile_s = []
     # tacthmc collects a draw every 50 steps on the plateau (about 1,500 steps for 30 draws); the others every 10th
     # hmc's steps are transitions of about 20 leapfrog steps each, on the full batch (its exact test)
-    draws = {"tacthmc": dict(n_draws=30, thinning=1), "hmc": dict(n_draws=60, thinning=10, batch_size=-1)}.get(
+    draws = {"tacthmc": dict(n_draws=30, thinning=1), "hmc": dict(n_draws=60, thinning=10, batch_size=-1),
+             "pt-langevin": dict(n_draws=150, thinning=10, batch_size=-1)}.get(
         sampler, dict(n_draws=150, thinning=10))
     try:
         for compiled in (False, True, False, True):

@@ -59,12 +59,12 @@ PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme"
         ("tacthmc", {"sampler__steps_per_sample": 5}),
         ("tacthmc", {"sampler__biasing": "metadynamics", "sampler__resample_momentum": True,
                      "sampler__steps_per_sample": 4}),
-        ("hmc", {})]
+        ("hmc", {}), ("pt-langevin", {"sampler__n_replicas": 4, "sampler__swap_interval": 5})]
 #: eqn with B_i = I throughout (no update within 1,000 steps), and with updates at steps 105, 112, 119, 126
 #: tacthmc with ABF (a draw every 5th step), and with metadynamics and the momenta resampled eagerly between
 #: compiled steps at every 4th (both with one chain on the plateau, drawing, and one off it, below)
 PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-updates",
-            "tacthmc", "tacthmc-metadynamics-resampled", "hmc"]
+            "tacthmc", "tacthmc-metadynamics-resampled", "hmc", "pt-langevin"]
 
 
 @pytest.mark.parametrize("sampler,extra", PURE, ids=PURE_IDS)
@@ -86,7 +86,8 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         runs.append((state, posterior))
     (eager_state, eager_post), (pure_state, pure_post) = runs
     if hasattr(eager_state, "grad"):  # a cached gradient: start without one (both take it on the first batch)
-        eager_state.grad = pure_state.grad = None
+        for state in (eager_state, pure_state):
+            est.sampler_.reset_cache(state)
     if sampler == "tacthmc":  # chain 1 off the plateau and moving, so that the coupling, the tempering momentum,
         for state in (eager_state, pure_state):  # the biasing force and table all take part (on it, lambda = 1,
             state.xi = torch.tensor([0.2, -0.9])  # 0); chain 0 on it, taking draws (and resampling)
@@ -131,15 +132,17 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
 @pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50}),
                                            ("tacthmc", {"sampler__steps_per_sample": 10,
                                                         "sampler__resample_momentum": True}),
-                                           ("hmc", {"batch_size": -1})],
-                         ids=["baoab", "eqn", "tacthmc", "hmc"])
-def test_the_compiled_baoab_eqn_tacthmc_and_hmc_transitions_give_the_eager_draws(cancer, sampler, extra):
-    """BAOAB, eqn, TACT-HMC and HMC compiled: the first draws of the eager chains, within float32 rounding (the
+                                           ("hmc", {"batch_size": -1}),
+                                           ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4})],
+                         ids=["baoab", "eqn", "tacthmc", "hmc", "pt-langevin"])
+def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
+    """BAOAB, eqn, TACT-HMC, HMC and pt-langevin compiled: the first draws of the eager chains, within float32
+    rounding (the
     step-for-step check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU
     unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
     eqn's preconditioner is refreshed at steps 100 and 150, TACT-HMC's momenta resampled at every draw, both
-    eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager
-    (on the full batch, as the exact test needs)."""
+    eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager,
+    pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need)."""
     X, y = cancer
     params = {**dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=5, n_chains=2, batch_size=64,
                      random_state=0), **extra}
@@ -184,7 +187,12 @@ def test_auto_compiles_only_runs_that_repay_it(cancer):
     assert short.compile == "auto" and short.compiled_step_ is None
     assert short.fit_status_["compiled"].startswith("compile='auto'") and str(COMPILE_MIN_STEPS) in \
         short.fit_status_["compiled"]
-    other = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), sampler="pt-langevin", burn_in=20, n_draws=5,
+    from bayesnet.samplers import SGLD
+
+    class EagerSGLD(SGLD):  # a kernel that writes no pure step (every built-in one compiles)
+        compiles = False
+
+    other = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), sampler=EagerSGLD, burn_in=20, n_draws=5,
                                        compile=True, random_state=0), X, y)
     assert other.compiled_step_ is None and "no pure transition" in other.fit_status_["compiled"]
 

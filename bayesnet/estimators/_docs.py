@@ -87,8 +87,8 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
     compile : bool or "auto", default="auto"
         Compile the sampler's frozen transition (after the warm-up) with
         ``torch.compile`` (:mod:`bayesnet.samplers.compiled`): True
-        whenever the sampler can (sgld, sghmc, sgnht, baoab, eqn, tacthmc; hmc its
-        leapfrog step; not pt-langevin), "auto" only for runs
+        for every sampler (sgld, sghmc, sgnht, baoab, eqn and tacthmc their
+        whole step; hmc its leapfrog step; pt-langevin its gradient), "auto" only for runs
         of at least 20,000 steps after the warm-up (the compilation, 3-15 s
         on a CPU, is repaid at 0.2-1 ms saved per step; eqn's first, cold
         compilation only after about 50,000 steps; hmc's steps are

@@ -21,10 +21,11 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
 ``sgld``, ``sghmc``, ``sgnht``, ``baoab`` (each of its schemes), ``eqn`` and ``tacthmc`` compile their whole step;
 ``hmc`` compiles its leapfrog step (:meth:`~bayesnet.samplers.Sampler.run_compiled`: a transition repeats it a
 random number of times, so a whole transition would compile once per trajectory length), its momentum refresh and
-Metropolis test (a few operations per trajectory) eager around it. ``pt-langevin`` declares nothing and runs
-eagerly: each step draws which replicas make a Langevin proposal and recomputes the gradient only where its cache
-is stale (a host-side choice of which gradients to take); one pure function would take both gradients at every
-step where the eager step takes one or two, and lose what compiling gains. Work a kernel does only at some steps stays an
+Metropolis test (a few operations per trajectory) eager around it. ``pt-langevin`` compiles its potential's
+gradient only (:class:`CompiledPotential`), its step eager: each step draws which replicas make a Langevin
+proposal and takes the gradient at the current positions only where its cache is stale (a host-side choice of
+which gradients to take), so one pure step would take both gradients at every step where the eager step takes one
+or two. Work a kernel does only at some steps stays an
 eager update between compiled steps: eqn's walkers' covariance preconditioner, refreshed every
 ``covariance_interval`` steps, whose result (the snapshot and its coefficients) enters the compiled step as an
 input, so it recompiles nothing; tacthmc's momentum resampling at its collection steps. tacthmc's biasing table
@@ -40,7 +41,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision", "potential_gradients", "write_back"]
+__all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision", "potential_gradients",
+           "write_back"]
 
 #: with ``compile="auto"``, a run compiles only when it has at least this many steps after its warm-up.
 #: Measured (``benchmarks/compile_step.py``, one busy CPU core): the compiled SGHMC step saves 0.3-1.1 ms of
@@ -76,6 +78,29 @@ def write_back(state, position, flat=None, grad=None) -> None:
             state.grad = [g.clone() for g in grad]
         else:
             torch._foreach_copy_(state.grad, list(grad))
+
+
+class CompiledPotential:
+    """``potential`` whose :meth:`value_and_grad` is ``fn``, the compiled gradient of its pure form
+    (:func:`potential_gradients` of :meth:`~bayesnet.posterior.ChainPosterior.functional`) at the current
+    positions: for a kernel whose own step stays eager but whose gradients compile (pt-langevin). Everything else
+    is the potential's own."""
+
+    def __init__(self, potential, fn):
+        self._potential = potential
+        self._fn = fn
+
+    def value_and_grad(self, batch):
+        potential = self._potential
+        factors, offset = potential.prior_form()
+        X, y = batch
+        grads, (_, u) = self._fn([p.detach() for p in potential.parameters], X, y, factors, offset)
+        # copies: the kernel keeps gradients across steps, and a compiled function's outputs may be reused by its
+        # next call (CUDA graphs)
+        return u.clone(), [g.clone() for g in grads]
+
+    def __getattr__(self, name):
+        return getattr(self._potential, name)
 
 
 def compile_decision(setting, sampler, potential, steps_after_warmup: int) -> tuple[bool, str]:

@@ -14,6 +14,7 @@ from torch import Tensor
 from ..plan import ChainLayout
 from .base import COMMON_STATS, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
+from .compiled import CompiledPotential, potential_gradients
 from .integrators import gaussian_like
 from .random import ChainRandom
 from .tempering import PTLangevinState, geometric_ladder, rate, swap_log_acceptance, swap_neighbours
@@ -497,6 +498,20 @@ class PTLangevin(Sampler):
             return state, StepInfo(potential=value.reshape(()), is_draw=True,
                                    extra={k: v.reshape(()) for k, v in extra.items()})
         return state, StepInfo(potential=value, is_draw=is_draw, extra=extra)
+
+    # compiled (bayesnet.samplers.compiled): the potential's gradient, not the step. Each step draws which
+    # replicas make a Langevin proposal and takes gradients only where they are needed (a host-side choice), so
+    # the step stays eager around the compiled gradient
+    compiles = True
+
+    def pure_transition(self, potentials, layout: ChainLayout):
+        """The compiled unit: the potential's gradient and value at given positions,
+        :func:`~bayesnet.samplers.compiled.potential_gradients` of its pure form."""
+        return potential_gradients(potentials)
+
+    def run_compiled(self, state: PTLangevinState, potential: Potential, batch: Any, fn) -> StepInfo:
+        """One eager step whose gradients are ``fn`` (compiled)."""
+        return self._step(state, CompiledPotential(potential, fn), batch)[1]
 
     @staticmethod
     def _mass(state: PTLangevinState, theta: list[Tensor]) -> tuple[list, list]:
