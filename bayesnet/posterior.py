@@ -107,6 +107,21 @@ class FunctionPotential:
         with torch.no_grad():
             return self.fn(self.parameters, batch).detach()
 
+    def functional(self):
+        """The potential as a pure function, for a compiled transition (:mod:`bayesnet.samplers.compiled`):
+        ``f(parameters, X, y, factors, offset) = fn(parameters, (X, y))``, the batch passed as the pair the
+        compiled step is given (the eager calls of the same step receive that pair too); the prior form is not used
+        (``fn`` is the whole potential). None with ``gradient_noise`` (drawn inside :meth:`value_and_grad`, not
+        reproducible in a compiled step)."""
+        if self.gradient_noise > 0:
+            return None
+        fn = self.fn
+        return lambda parameters, X, y, factors, offset: fn(parameters, (X, y))
+
+    def prior_form(self) -> tuple[list, None]:
+        """No separate prior for a compiled transition: ``fn`` is the whole potential (see :meth:`functional`)."""
+        return [], None
+
     def value_and_grad(self, batch: Any = None) -> tuple[Tensor, list[Tensor]]:
         with torch.enable_grad():
             u = self.fn(self.parameters, batch)
