@@ -498,7 +498,7 @@ def _kept_per_quota_slot(net) -> np.ndarray:
 
 def judge_unread_steps(net) -> None:
     """After a run stopped by an error (a failing callback, memory, a worker): let the divergence monitor judge the
-    steps it has not read yet (:meth:`DivergenceMonitor.on_train_end`), so that no draw of a chain that was
+    steps it has not read yet (:meth:`DivergenceMonitor.judge_unread`), so that no draw of a chain that was
     leaving its typical set stays in ``trace_``. A divergence found here is recorded in ``fit_status_`` and not
     raised: the run's own error propagates (a failure of the judgement itself becomes a warning, never the error
     the caller sees)."""

@@ -25,10 +25,10 @@ Metropolis test (a few operations per trajectory) eager around it. ``pt-langevin
 gradient only (:class:`CompiledPotential`), its step eager: each step draws which replicas make a Langevin
 proposal and takes the gradient at the current positions only where its cache is stale (a host-side choice of
 which gradients to take), so one pure step would take both gradients at every step where the eager step takes one
-or two. Work a kernel does only at some steps stays an
-eager update between compiled steps: eqn's walkers' covariance preconditioner, refreshed every
-``covariance_interval`` steps, whose result (the snapshot and its coefficients) enters the compiled step as an
-input, so it recompiles nothing; tacthmc's momentum resampling at its collection steps. tacthmc's biasing table
+or two. Work a kernel does only at some steps stays an eager update between compiled steps: eqn's walkers'
+covariance preconditioner, refreshed every ``covariance_interval`` steps, whose result (the snapshot and its
+coefficients) enters the compiled step as an input, so it recompiles nothing; tacthmc's momentum resampling at
+its collection steps. tacthmc's biasing table
 and bin histogram are inputs and outputs of its compiled step (the bin of the tempering variable indexes them by
 ``gather`` and ``scatter`` inside the graph).
 """
