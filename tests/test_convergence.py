@@ -51,15 +51,26 @@ def test_a_burn_in_too_short_warns_and_names_burn_in(iris):
 
 
 def test_a_step_far_too_large_warns_that_the_chain_ran_hot(iris):
-    """An explicit SGHMC step size far above the stable one (the warm-up picks about 1e-3 here): the chain does
-    not diverge but runs hot, and the warning gives its measured kinetic temperature and names the setting."""
-    est, messages = _fit(iris, sampler__step_size=1e-2, burn_in=300, n_draws=50, batch_size=32)
+    """An explicit SGHMC step size (which turns the adapted mass off) too large for mini-batches of 8 rows: the
+    mini-batch gradient noise heats the chain (it adds a diffusion ``B = eps V / 2`` that the injected noise does
+    not account for, Chen et al. 2014 Sec. 3, so the excess kinetic temperature grows with the step size) without
+    making it diverge, and the warning gives the
+    measured kinetic temperature and names the setting. Measured on six seeds: 1.8-4.8 against a warning
+    threshold of about 1.5 for this 131-weight network, none diverged. (Before, a step of 1e-2 on batches of 32
+    relied on the chain wandering into stiffer regions: on another CPU's floating-point rounding the same seed ran
+    at 1.3-1.6, or diverged, and the test failed.)"""
+    X, y = iris
+    est = BayesianMLPClassifier((16,), sampler__step_size=1e-3, burn_in=300, n_draws=50, batch_size=8, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X, y)
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     hot = [m for m in messages if "ran hot" in m]
     assert hot, messages
     figure = float(re.search(r"averaged ([0-9.e+-]+) after burn-in", hot[0]).group(1))
     measured = est.step_stats_.member_means("kinetic_temperature")
-    assert figure == pytest.approx(float(np.max(measured)), rel=1e-2) and figure > 2
-    assert "sampler__step_size=0.01" in hot[0]
+    assert figure == pytest.approx(float(np.max(measured)), rel=1e-2) and figure > 1.5
+    assert "sampler__step_size=0.001" in hot[0]
 
 
 def test_too_few_effective_draws_warn(iris):

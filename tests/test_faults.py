@@ -264,13 +264,31 @@ def test_a_chain_that_runs_hot_warns(iris):
 
 
 def test_the_hot_chain_warning_is_about_a_kept_chain(cancer):
+    """Four chains at a step size where most diverge: the hot-chain warning's figure is the hottest *kept* chain's
+    mean kinetic temperature (a few times the target), not a diverged chain's (hundreds). Which chains diverge
+    depends on the CPU's floating-point rounding (on one machine chains 1-3 of seed 0, on another 0, 2 and 3), so
+    the test takes the first seed whose fit keeps some chains and loses others."""
     Xtr, _, ytr, *_ = cancer
-    est = BayesianMLPClassifier(n_chains=4, burn_in=200, n_draws=100, thinning=5, random_state=0, sampler="sghmc",
-                                sampler__step_size=1e-3)
-    messages = fit_recording(est, Xtr, ytr)
-    assert sorted(est.fit_status_["diverged_chains"]) == [1, 2, 3]  # chain 0 is kept, hot (about 4.6)
-    hot = next(m for m in messages if m.startswith("a chain ran hot"))
-    assert float(re.search(r"averaged ([0-9.e+-]+)", hot).group(1)) < 50, hot
+    mixed = 0
+    for seed in range(4):
+        est = BayesianMLPClassifier(n_chains=4, burn_in=200, n_draws=100, thinning=5, random_state=seed,
+                                    sampler="sghmc", sampler__step_size=1e-3)
+        try:
+            messages = fit_recording(est, Xtr, ytr)
+        except DivergenceError:  # every chain diverged
+            continue
+        diverged = sorted(est.fit_status_["diverged_chains"])
+        kept = [c for c in range(4) if c not in diverged]
+        if not diverged:
+            continue
+        mixed += 1
+        means = est.step_stats_.member_means("kinetic_temperature")
+        hot = next(m for m in messages if m.startswith("a chain ran hot"))
+        figure = float(re.search(r"averaged ([0-9.e+-]+)", hot).group(1))
+        assert figure == pytest.approx(float(np.max(means[kept])), rel=1e-2), (hot, means, diverged)
+        assert figure < 50 and float(np.max(means[diverged])) > figure, (hot, means)
+        break
+    assert mixed, "no seed kept some chains and lost others"
 
 
 def test_a_wide_layer_growing_to_its_posterior_scale_is_not_a_divergence(monkeypatch):
