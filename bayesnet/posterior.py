@@ -312,8 +312,10 @@ class ChainPosterior:
             # imports its symbolic-shapes machinery, 0.27 s of every script's first fit)
             grads = list(torch.autograd.grad(u_data.sum(), self.parameters))
         with torch.no_grad():
-            u = u_data.detach() - self.prior.log_prob_chains(net)
-            torch._foreach_sub_(grads[: len(net)], prior_grad(net))
+            both = getattr(self.prior, "log_prob_and_grad_chains", None)  # (the value from the gradient)
+            log_prior, prior_grads = both(net) if both is not None else (self.prior.log_prob_chains(net), prior_grad(net))
+            u = u_data.detach() - log_prior
+            torch._foreach_sub_(grads[: len(net)], prior_grads)
         return u, grads
 
     def functional(self):
@@ -329,7 +331,9 @@ class ChainPosterior:
             net, lik = parameters[: len(names)], parameters[len(names):]
             out = batched_outputs(module, names, net, X)
             u = -(n_data / y.shape[0]) * likelihood.log_likelihood_chains(out, y, lik) - likelihood.log_prior_chains(lik)
-            quad = sum(f * (p * p).reshape(p.shape[0], -1).sum(1) for f, p in zip(factors, net))
+            # a factor per member (S,) or per member and input column (broadcast against the tensor)
+            quad = sum(f * (p * p).reshape(p.shape[0], -1).sum(1) if f.ndim <= 1 else (f * p * p).reshape(
+                p.shape[0], -1).sum(1) for f, p in zip(factors, net))
             return u + 0.5 * quad - offset
 
         return potentials

@@ -3,6 +3,7 @@ the right figure on a deliberately broken one."""
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 
@@ -12,7 +13,7 @@ from sklearn.datasets import load_iris
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
-from bayesnet import BayesianMLPClassifier
+from bayesnet import BayesianMLPClassifier, DivergenceError
 
 
 @pytest.fixture(scope="module")
@@ -53,24 +54,37 @@ def test_a_burn_in_too_short_warns_and_names_burn_in(iris):
 def test_a_step_far_too_large_warns_that_the_chain_ran_hot(iris):
     """An explicit SGHMC step size (which turns the adapted mass off) too large for mini-batches of 8 rows: the
     mini-batch gradient noise heats the chain (it adds a diffusion ``B = eps V / 2`` that the injected noise does
-    not account for, Chen et al. 2014 Sec. 3, so the excess kinetic temperature grows with the step size) without
-    making it diverge, and the warning gives the
-    measured kinetic temperature and names the setting. Measured on six seeds: 1.8-4.8 against a warning
-    threshold of about 1.5 for this 131-weight network, none diverged. (Before, a step of 1e-2 on batches of 32
-    relied on the chain wandering into stiffer regions: on another CPU's floating-point rounding the same seed ran
-    at 1.3-1.6, or diverged, and the test failed.)"""
+    not account for, Chen et al. 2014 Sec. 3), and the warning gives the measured kinetic temperature and names
+    the setting. How hot a chain runs there depends on where it wanders (1.4-4.3 over six seeds; one diverged),
+    and so on the CPU's floating-point rounding (a step of 1e-2 on batches of 32, the test before, ran hot on one
+    machine and at 1.3-1.6 or diverged on another), so the test fits six seeds and checks both directions: every
+    hot warning's figure is the hottest chain's measured mean, every fit without one ran below the threshold
+    (15 % plus three chance spreads ``sqrt(2/D)`` of a mean of ``D = 131`` squares, 1.52), every divergence
+    names the setting; and at least two seeds warned."""
     X, y = iris
-    est = BayesianMLPClassifier((16,), sampler__step_size=1e-3, burn_in=300, n_draws=50, batch_size=8, random_state=0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        est.fit(X, y)
-    messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
-    hot = [m for m in messages if "ran hot" in m]
-    assert hot, messages
-    figure = float(re.search(r"averaged ([0-9.e+-]+) after burn-in", hot[0]).group(1))
-    measured = est.step_stats_.member_means("kinetic_temperature")
-    assert figure == pytest.approx(float(np.max(measured)), rel=1e-2) and figure > 1.5
-    assert "sampler__step_size=0.001" in hot[0]
+    threshold = 1.0 + 0.15 + 3.0 * math.sqrt(2.0 / 131)
+    hot_fits = 0
+    for seed in range(6):
+        est = BayesianMLPClassifier((16,), sampler__step_size=1e-3, burn_in=300, n_draws=50, batch_size=8,
+                                    random_state=seed)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                est.fit(X, y)
+        except DivergenceError as exc:
+            assert "sampler__step_size=0.001" in str(exc)
+            continue
+        messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+        hot = [m for m in messages if "ran hot" in m]
+        measured = float(np.max(est.step_stats_.member_means("kinetic_temperature")))
+        if hot:
+            hot_fits += 1
+            figure = float(re.search(r"averaged ([0-9.e+-]+) after burn-in", hot[0]).group(1))
+            assert figure == pytest.approx(measured, rel=1e-2) and figure > threshold
+            assert "sampler__step_size=0.001" in hot[0]
+        else:
+            assert measured <= threshold * 1.01, (seed, measured, messages)
+    assert hot_fits >= 2
 
 
 def test_too_few_effective_draws_warn(iris):

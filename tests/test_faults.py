@@ -307,13 +307,20 @@ def test_a_wide_layer_growing_to_its_posterior_scale_is_not_a_divergence(monkeyp
 
     monkeypatch.setattr(warmup_module, "scale_moves", lambda *args: False)
 
+    from bayesnet.priors import HierarchicalPrior
+
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
-    settings = dict(hidden_layer_sizes=(1000,), burn_in=200, n_draws=50, thinning=20, random_state=0)
-    est = BayesianMLPClassifier(**settings)
-    fit_recording(est, X, y)
-    assert est.fit_status_["status"] == "complete" and not est.fit_status_["diverged_chains"]
-    assert est.trace_.n_kept == 50 and est.score(X, y) > 0.95
+    # one precision for the input layer, as when this was measured: with one per input (the default since) the
+    # joint potential drifts less, and the power check's monitor no longer stops the run; the default is fitted
+    # too, and completes
+    settings = dict(hidden_layer_sizes=(1000,), burn_in=200, n_draws=50, thinning=20, random_state=0,
+                    prior_scale=HierarchicalPrior(input_relevance=False))
+    for prior in (settings["prior_scale"], "auto"):
+        est = BayesianMLPClassifier(**{**settings, "prior_scale": prior})
+        fit_recording(est, X, y)
+        assert est.fit_status_["status"] == "complete" and not est.fit_status_["diverged_chains"]
+        assert est.trace_.n_kept == 50 and est.score(X, y) > 0.95
     with monkeypatch.context() as m:
         m.setattr(ChainPosterior, "hyperparameter_terms", lambda self: None)
         with pytest.raises(DivergenceError, match="a potential far above what the warm-up saw"):

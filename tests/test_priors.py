@@ -23,40 +23,78 @@ def test_fan_in_variances_follow_each_layer():
         [4.0 / 30, 0.25, 4.0 / 75, 0.25])
 
 
-@pytest.mark.parametrize("prior", [FanInPrior(1.5, 0.7), HierarchicalPrior(1.5, 0.7)], ids=["fan_in", "hier"])
+@pytest.mark.parametrize("prior", [FanInPrior(1.5, 0.7), HierarchicalPrior(1.5, 0.7),
+                                   HierarchicalPrior(1.5, 0.7, input_relevance=False)],
+                         ids=["fan_in", "hier", "hier per layer"])
 def test_closed_form_gradient_matches_autograd(prior):
     gen = torch.Generator().manual_seed(0)
     params = [torch.randn(3, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True),
               torch.randn(3, 4, generator=gen, dtype=torch.float64, requires_grad=True)]
     if isinstance(prior, HierarchicalPrior):
-        prior.precision = torch.rand(3, 2, generator=gen, dtype=torch.float64) + 0.5
+        G = 6 if prior.input_relevance else 2  # the first weight's 5 inputs and the bias, or one per tensor
+        assert sum(prior.groups([p.shape[1:] for p in params])) == G
+        prior.precision = torch.rand(3, G, generator=gen, dtype=torch.float64) + 0.5
     value = prior.log_prob_chains(params)
     auto = torch.autograd.grad(value.sum(), params)
     for a, b in zip(auto, prior.grad_log_prob_chains([p.detach() for p in params])):
         torch.testing.assert_close(a, b)
+    if isinstance(prior, HierarchicalPrior):  # the compiled step's form of the same value
+        factors, offset = prior.quadratic_form([p.detach() for p in params])
+        quad = sum((f.reshape(f.shape + (1,) * (p.ndim - f.ndim)) * p.detach() ** 2).reshape(3, -1).sum(1)
+                   for f, p in zip(factors, params))
+        torch.testing.assert_close(offset - 0.5 * quad, value.detach())
 
 
-def test_gibbs_draws_the_precision_from_its_conditional():
-    """For fixed weights, the drawn ``tau_k`` of many members has the moments of
-    ``Gamma(a + n_k/2, b + |theta_k|^2 / (2 c_k))``, each within 5 standard errors."""
+def test_one_precision_per_input_groups_the_input_layer_by_column():
+    """The input layer's weights ``(out, in)`` have a precision per input (the weights out of that input), every
+    other tensor one; a convolution's input channels, a recurrent layer's input features likewise; an input
+    layer with one input has one precision."""
+    prior = HierarchicalPrior()
+    assert prior.groups([(16, 30), (16,), (2, 16), (2,)]) == [30, 1, 1, 1]
+    assert prior.groups([(8,), (8, 3, 5, 5), (8,)]) == [1, 3, 1]  # the first tensor of two or more dimensions
+    assert prior.groups([(32, 1, 5), (32,)]) == [1, 1]
+    assert HierarchicalPrior(input_relevance=False).groups([(16, 30), (16,)]) == [1, 1]
+    with pytest.raises(ValueError, match="input_relevance"):
+        HierarchicalPrior(input_relevance="yes")
+    # a column of the input layer whose weights are large gets a small precision, one whose weights are small a
+    # large one: the Gibbs conditional's mean (a + n/2) / (b + |theta_g|^2 / 2c)
+    S = 2000
+    w = torch.ones(S, 8, 3, dtype=torch.float64)
+    w[:, :, 0] *= 3.0
+    w[:, :, 2] *= 0.1
+    prior.gibbs_update([w, torch.zeros(S, 8, dtype=torch.float64)], ChainRandom(0, S))
+    tau = prior.precision.mean(0).numpy()
+    assert tau[0] < tau[1] < tau[2]
+
+
+@pytest.mark.parametrize("input_relevance", [True, False], ids=["per input", "per layer"])
+def test_gibbs_draws_the_precision_from_its_conditional(input_relevance):
+    """For fixed weights, the drawn ``tau_g`` of many members has the moments of
+    ``Gamma(a + n_g/2, b + |theta_g|^2 / (2 c_k))``, each within 5 standard errors: per input column of the
+    input layer (``n_g`` = its 6 weights) and for the bias, or per tensor."""
     S = 4000
-    prior = HierarchicalPrior(gain=1.0, bias_scale=2.0, precision_shape=2.0, precision_rate=0.5)
+    prior = HierarchicalPrior(gain=1.0, bias_scale=2.0, precision_shape=2.0, precision_rate=0.5,
+                              input_relevance=input_relevance)
     gen = torch.Generator().manual_seed(1)
     one = [torch.randn(6, 3, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)]
     params = [p.expand((S,) + p.shape).contiguous() for p in one]
     prior.gibbs_update(params, ChainRandom(0, S))
     tau = prior.precision.numpy()
-    for k, (p, c) in enumerate(zip(one, [1.0 / 3, 4.0])):
+    groups = ([one[0][:, j] for j in range(3)] if input_relevance else [one[0]]) + [one[1]]
+    variances = [1.0 / 3] * (len(groups) - 1) + [4.0]
+    assert tau.shape == (S, len(groups))
+    for g, (p, c) in enumerate(zip(groups, variances)):
         shape, rate = 2.0 + p.numel() / 2, 0.5 + float((p * p).sum()) / (2 * c)
         mean, var = shape / rate, shape / rate**2
-        assert abs(tau[:, k].mean() - mean) < 5 * math.sqrt(var / S)
-        assert abs(tau[:, k].var() - var) < 5 * var * math.sqrt(2.0 / S) * 2
+        assert abs(tau[:, g].mean() - mean) < 5 * math.sqrt(var / S)
+        assert abs(tau[:, g].var() - var) < 5 * var * math.sqrt(2.0 / S) * 2
 
 
-def test_gibbs_reports_the_change_of_the_potential():
+@pytest.mark.parametrize("input_relevance", [True, False], ids=["per input", "per layer"])
+def test_gibbs_reports_the_change_of_the_potential(input_relevance):
     """``gibbs_update`` returns the change of every member's potential and gradient, which samplers that cache
     them apply: they equal the difference of the prior's values before and after."""
-    prior = HierarchicalPrior()
+    prior = HierarchicalPrior(input_relevance=input_relevance)
     gen = torch.Generator().manual_seed(2)
     params = [torch.randn(4, 5, 3, generator=gen, dtype=torch.float64),
               torch.randn(4, 5, generator=gen, dtype=torch.float64)]
@@ -208,27 +246,37 @@ class _NoJacobian(HierarchicalPrior):
         return super().scale_log_ratio(parameters, k, s) + 2.0 * s
 
 
-@pytest.mark.parametrize("prior_class, holds", [(HierarchicalPrior, True), (_NoJacobian, False)],
-                         ids=["exact", "power check"])
-def test_scale_moves_keep_the_hierarchical_prior(prior_class, holds, monkeypatch):
-    """The warm-up's scale moves (theta_k -> e^s theta_k, tau_k -> e^-2s tau_k, Metropolis) with a flat
-    likelihood, from exact prior draws of 3000 members: after 150 rounds every tensor's tau is still
-    Gamma(a, b) and tau_k |theta_k|^2 / c_k still chi-square(n_k) (Kolmogorov-Smirnov, p > 1e-3). The power
-    check drops tau's Jacobian from the ratio, and the test fails."""
+@pytest.mark.parametrize("prior_class, holds, input_relevance",
+                         [(HierarchicalPrior, True, True), (HierarchicalPrior, True, False), (_NoJacobian, False, True)],
+                         ids=["exact", "exact per layer", "power check"])
+def test_scale_moves_keep_the_hierarchical_prior(prior_class, holds, input_relevance, monkeypatch):
+    """The warm-up's scale moves (theta_k -> e^s theta_k, tau_g -> e^-2s tau_g for each of its groups,
+    Metropolis) with a flat likelihood, from exact prior draws of 3000 members: after 150 rounds every group's
+    tau is still Gamma(a, b) and tau_g |theta_g|^2 / c_k still chi-square(n_g) (Kolmogorov-Smirnov, p > 1e-3;
+    the groups: the input layer's three input columns, then one per tensor). The power check drops tau's
+    Jacobian from the ratio, and the test fails."""
     from bayesnet.estimators.mlp import MLP
     from bayesnet.likelihoods import CategoricalLikelihood
     from bayesnet.posterior import ChainPosterior
 
     S, a, b = 3000, 2.0, 0.5
-    prior = prior_class(precision_shape=a, precision_rate=b)
+    prior = prior_class(precision_shape=a, precision_rate=b, input_relevance=input_relevance)
     module, lik = MLP(3, (4,), 2), CategoricalLikelihood()
     gen = torch.Generator().manual_seed(0)
     shapes = [p.shape for p in module.parameters()]
     c = prior.variances(shapes)
-    tau = torch.distributions.Gamma(torch.full((S, len(shapes)), a, dtype=torch.float64),
-                                    torch.full((S, len(shapes)), b, dtype=torch.float64)).sample()
-    members = [[(torch.randn(shape, generator=gen, dtype=torch.float64) * math.sqrt(ck / float(tau[i, k])))
-                for k, (shape, ck) in enumerate(zip(shapes, c))] for i in range(S)]
+    counts = prior.groups(shapes)
+    # every group's (tensor, index into the tensor) and its tau column
+    groups = [(k, (slice(None), j) if g > 1 else ...) for k, g in enumerate(counts) for j in range(g)]
+    tau = torch.distributions.Gamma(torch.full((S, len(groups)), a, dtype=torch.float64),
+                                    torch.full((S, len(groups)), b, dtype=torch.float64)).sample()
+    members = []
+    for i in range(S):
+        member = [torch.randn(shape, generator=gen, dtype=torch.float64) * math.sqrt(ck)
+                  for shape, ck in zip(shapes, c)]
+        for col, (k, where) in enumerate(groups):
+            member[k][where] /= math.sqrt(float(tau[i, col]))
+        members.append(member)
     pot = ChainPosterior(module.double(), lik, prior, 100, members)
     prior.precision = tau.clone()
     monkeypatch.setattr(lik, "pointwise_log_likelihood", lambda out, y, params: torch.zeros(S, len(y)))
@@ -237,11 +285,14 @@ def test_scale_moves_keep_the_hierarchical_prior(prior_class, holds, monkeypatch
     rates = [pot.scale_move(batch, rng, log_sd=0.5) for _ in range(150)]
     assert 0.2 < float(torch.stack(rates).mean()) < 0.9
     p_values = []
-    for k, (p, ck) in enumerate(zip(pot.network_parameters, c)):
-        t = prior.precision[:, k].numpy()
+    assert prior.precision.shape == (S, len(groups))
+    for col, (k, where) in enumerate(groups):
+        t = prior.precision[:, col].numpy()
         p_values.append(stats.kstest(t, stats.gamma(a, scale=1 / b).cdf).pvalue)
-        q = (t * (p.detach() ** 2).reshape(S, -1).sum(1).numpy() / ck)
-        p_values.append(stats.kstest(q, stats.chi2(p[0].numel()).cdf).pvalue)
+        w = pot.network_parameters[k].detach()
+        w = w[(slice(None),) + where] if where is not ... else w
+        q = (t * (w ** 2).reshape(S, -1).sum(1).numpy() / c[k])
+        p_values.append(stats.kstest(q, stats.chi2(w[0].numel()).cdf).pvalue)
     assert (min(p_values) > 1e-3) == holds, p_values
 
 
@@ -263,3 +314,21 @@ def test_scale_moves_run_in_the_warm_up_only():
                                   prior_scale="fan_in").fit(X, y)
     assert fixed.sampler_state_.warmup_report["scale_moves"] == 0
     assert fixed.sampler_state_.warmup_report["scale_acceptance"] is None
+
+
+def test_a_prior_pickled_before_input_relevance_keeps_one_precision_per_tensor():
+    """A fitted estimator pickled before the inputs had precisions of their own holds a precision ``(S, K)``:
+    unpickled, its prior keeps that layout (``input_relevance=False``), and a fresh prior round-trips."""
+    import pickle
+
+    params = [torch.randn(2, 4, 3, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)]
+    old = HierarchicalPrior(input_relevance=False)
+    old.gibbs_update(params, ChainRandom(0, 2))
+    state = old.__getstate__()
+    del state["input_relevance"]
+    restored = HierarchicalPrior.__new__(HierarchicalPrior)
+    restored.__setstate__(state)
+    assert restored.input_relevance is False
+    torch.testing.assert_close(restored.log_prob_chains(params), old.log_prob_chains(params))
+    fresh = pickle.loads(pickle.dumps(HierarchicalPrior()))
+    assert fresh.input_relevance is True and sum(fresh.groups([(4, 3), (4,)])) == 4

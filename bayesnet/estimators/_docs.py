@@ -58,16 +58,20 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         Each group is vectorised in its worker.
     prior_scale : {"auto", "hierarchical", "fan_in"}, float or prior object, default="auto"
         The prior on the network's weights (:mod:`bayesnet.priors`).
-        "hierarchical": one precision per parameter tensor with a
-        ``Gamma(1, 1)`` hyperprior, resampled from its exact conditional by
+        "hierarchical": a precision with a ``Gamma(1, 1)`` hyperprior for
+        every parameter tensor, and for each input the weights out of it
+        (the input layer's columns), resampled from its exact conditional by
         a Gibbs step every 10 sampler steps (from half the burn-in on: first
         the chain meets the data at the fan-in scale), so that the data set each
-        layer's scale (Neal 1996's automatic relevance determination); until
+        layer's scale and each input's relevance (Neal 1996's automatic
+        relevance determination); until
         the warm-up's final window each Gibbs step is followed by Metropolis
-        moves that rescale a tensor and its precision together, so that the
+        moves that rescale a tensor and its precisions together, so that the
         layers reach their posterior scale within the warm-up;
         given the precision ``tau`` a weight is ``N(0, 1 / (tau n_in))``
-        with ``n_in`` its layer's fan-in. "fan_in": that prior at
+        with ``n_in`` its layer's fan-in
+        (``HierarchicalPrior(input_relevance=False)`` gives the input layer
+        one precision). "fan_in": that prior at
         ``tau = 1``. "auto" is "hierarchical" for a sampler at temperature 1
         and "fan_in" for a sampler that tempers (tacthmc, pt-langevin, or
         ``sampler__temperature`` other than 1), where a hierarchical prior
