@@ -347,10 +347,10 @@ class ChainPosterior:
         r"""One Metropolis scale move per parameter tensor, every member at once (the warm-up's: see
         :func:`bayesnet.samplers.warmup.scale_moves`); None for a prior without (``scale_log_ratio``).
 
-        Tensor ``k``'s proposal is :math:`\theta_k \to e^{s}\theta_k`, :math:`\tau_k \to e^{-2s}\tau_k`,
-        :math:`s \sim N(0, \text{log\_sd}^2)`: a layer and its precision move together along the ridge
-        :math:`\tau_k|\theta_k|^2 \approx n_k`, which the Gibbs steps (one of them fixed at a time) cross in
-        steps of :math:`\sqrt{2/n_k}`. The log acceptance ratio is :math:`\hat\Delta - \hat\sigma^2/2 + r`:
+        Tensor ``k``'s proposal is :math:`\theta_k \to e^{s}\theta_k`, :math:`\tau_g \to e^{-2s}\tau_g` for each
+        of its precisions (one, or one per input for the input layer), :math:`s \sim N(0, \text{log\_sd}^2)`: a
+        layer and its precisions move together along the ridge :math:`\tau_g|\theta_g|^2 \approx n_g`, which the
+        Gibbs steps (one of them fixed at a time) cross in steps of :math:`\sqrt{2/n_g}`. The log acceptance ratio is :math:`\hat\Delta - \hat\sigma^2/2 + r`:
         :math:`\hat\Delta` the change of the log-likelihood estimated on ``batches`` (their ``B`` rows
         concatenated, scaled to the ``n_data`` rows), :math:`\hat\sigma^2 = (N^2/B)(1 - B/N)` times the
         variance of the rows' changes its estimated variance (the penalty method of Ceperley and Dewing 1999,

@@ -298,15 +298,16 @@ class HierarchicalPrior(FanInPrior):
         """What the step reads of the precisions, in the parameters' dtype, made once per precision (no launches
         per step): ``"matrix"`` ``tau_k / c_k`` of the tensors with one precision, shape ``(S, K)`` (0 in the
         column of the tensor with one per input); ``"inputs"`` that tensor's ``tau_g / c_k``, ``(S, in)``, or
-        None; ``"factors"`` every tensor's ``tau / c`` shaped to broadcast against it, and ``"negated"`` their
-        negatives; ``"rest"`` the ``tau`` terms, ``(S,)``. Made anew after a Gibbs draw (a new tensor), an
-        in-place change of ``precision`` or a change of dtype."""
+        None, and ``"grouped"`` its index (or None); ``"factors"`` every tensor's ``tau / c`` shaped to broadcast
+        against it, and ``"negated"`` their negatives; ``"rest"`` the ``tau`` terms, ``(S,)``. Made anew after a
+        Gibbs draw (a new tensor), an in-place change of ``precision``, a change of dtype, of the parameters'
+        shapes or of ``input_relevance``."""
         hit, tau, dtype = self.__dict__.get("_tau_cache"), self.precision, parameters[0].dtype
-        if hit is not None and hit[0] is tau and hit[1] == tau._version and hit[2] == dtype \
-                and hit[4] == (parameters[0].shape[0], len(parameters)):  # (without the layout's Python: every step)
-            return hit[3]
+        key = (self.input_relevance, tuple(p.shape for p in parameters))
+        if hit is not None and hit[0] is tau and hit[1] == tau._version and hit[2] == dtype and hit[4] == key:
+            return hit[3]  # (without the layout's Python: every step)
         tau = self._tau(parameters)
-        if hit is None or hit[0] is not tau or hit[1] != tau._version or hit[2] != dtype:
+        if hit is None or hit[0] is not tau or hit[1] != tau._version or hit[2] != dtype or hit[4] != key:
             counts, grouped = self._layout(parameters)
             c = self.variances([p.shape[1:] for p in parameters])
             scaled = tau / tau.new_tensor([ck for ck, g in zip(c, counts) for _ in range(g)])
@@ -321,9 +322,9 @@ class HierarchicalPrior(FanInPrior):
                 else:
                     factors.append(matrix[:, k].contiguous().reshape((-1,) + (1,) * (p.ndim - 1)))
             forms = {"matrix": matrix, "inputs": None if grouped is None else scaled[:, cols[grouped]].to(dtype),
-                     "factors": factors, "negated": [-f for f in factors],
+                     "factors": factors, "negated": [-f for f in factors], "grouped": grouped,
                      "rest": self._tau_terms(tau, parameters).to(dtype)}
-            hit = self._tau_cache = (tau, tau._version, dtype, forms, (parameters[0].shape[0], len(parameters)))
+            hit = self._tau_cache = (tau, tau._version, dtype, forms, key)
         return hit[3]
 
     def _sizes(self, parameters: Sequence[Tensor], device) -> Tensor:
@@ -367,7 +368,7 @@ class HierarchicalPrior(FanInPrior):
     def log_prob_chains(self, parameters: Sequence[Tensor]) -> Tensor:
         """``-(energy)`` of ``S`` members, (S,), in the parameters' dtype (differentiable in them)."""
         forms = self._tau_forms(parameters)
-        grouped = self._layout(parameters)[1]
+        grouped = forms["grouped"]
         quad = (squared_norms(parameters) * forms["matrix"]).sum(1)
         if grouped is not None:  # (its column of "matrix" is 0)
             quad = quad + torch.linalg.vecdot(self._input_squares(parameters[grouped]), forms["inputs"])
@@ -407,7 +408,7 @@ class HierarchicalPrior(FanInPrior):
         one with a precision per input, and the ``tau`` terms, ``(S,)`` (they change with each Gibbs step; see
         :meth:`GaussianPrior.quadratic_form`)."""
         forms = self._tau_forms(parameters)
-        grouped = self._layout(parameters)[1]
+        grouped = forms["grouped"]
         return [f if k == grouped else f.reshape(-1) for k, f in enumerate(forms["factors"])], forms["rest"]
 
     def scale_log_ratio(self, parameters: Sequence[Tensor], k: int, s: Tensor) -> Tensor:

@@ -265,7 +265,7 @@ def test_a_chain_that_runs_hot_warns(iris):
 
 def test_the_hot_chain_warning_is_about_a_kept_chain(cancer):
     """Four chains at a step size where most diverge: the hot-chain warning's figure is the hottest *kept* chain's
-    mean kinetic temperature (a few times the target), not a diverged chain's (hundreds). Which chains diverge
+    mean kinetic temperature (a few times the target), not the hottest diverged chain's (hundreds). Which chains diverge
     depends on the CPU's floating-point rounding (on one machine chains 1-3 of seed 0, on another 0, 2 and 3), so
     the test takes the first seed whose fit keeps some chains and loses others."""
     Xtr, _, ytr, *_ = cancer
@@ -283,10 +283,13 @@ def test_the_hot_chain_warning_is_about_a_kept_chain(cancer):
             continue
         mixed += 1
         means = est.step_stats_.member_means("kinetic_temperature")
-        hot = next(m for m in messages if m.startswith("a chain ran hot"))
+        hot = next((m for m in messages if m.startswith("a chain ran hot")), None)
+        assert hot is not None, (messages, means, diverged)
         figure = float(re.search(r"averaged ([0-9.e+-]+)", hot).group(1))
         assert figure == pytest.approx(float(np.max(means[kept])), rel=1e-2), (hot, means, diverged)
-        assert figure < 50 and float(np.max(means[diverged])) > figure, (hot, means)
+        # a diverged chain (whose mean, if finite, includes its way out) ran hotter than the figure
+        assert figure < 50 and float(np.nanmax(np.where(np.isfinite(means[diverged]), means[diverged], np.inf))) > \
+            figure, (hot, means)
         break
     assert mixed, "no seed kept some chains and lost others"
 

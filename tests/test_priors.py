@@ -38,11 +38,26 @@ def test_closed_form_gradient_matches_autograd(prior):
     auto = torch.autograd.grad(value.sum(), params)
     for a, b in zip(auto, prior.grad_log_prob_chains([p.detach() for p in params])):
         torch.testing.assert_close(a, b)
-    if isinstance(prior, HierarchicalPrior):  # the compiled step's form of the same value
-        factors, offset = prior.quadratic_form([p.detach() for p in params])
-        quad = sum((f.reshape(f.shape + (1,) * (p.ndim - f.ndim)) * p.detach() ** 2).reshape(3, -1).sum(1)
-                   for f, p in zip(factors, params))
+    if isinstance(prior, HierarchicalPrior):
+        detached = [p.detach() for p in params]
+        # the value against the formula, group by group: sum_g (a - 1 + n_g/2) log tau_g - b tau_g - tau_g |theta_g|^2
+        # / (2 c_k), with c_k = gain^2 / 5 for the weight and bias_scale^2 for the bias
+        tau, (w, bias) = prior.precision, detached
+        groups = [(w[:, :, j], 2.25 / 5) for j in range(5)] if prior.input_relevance else [(w, 2.25 / 5)]
+        groups.append((bias, 0.49))
+        expected = sum((0.5 * g[0].numel() * torch.log(tau[:, i]) - tau[:, i]
+                        - tau[:, i] * (g * g).reshape(3, -1).sum(1) / (2 * c)) for i, (g, c) in enumerate(groups))
+        torch.testing.assert_close(value.detach(), expected)
+        # the compiled step's form of the same value
+        factors, offset = prior.quadratic_form(detached)
+        quad = sum((f.reshape(f.shape + (1,) * (p.ndim - f.ndim)) * p ** 2).reshape(3, -1).sum(1)
+                   for f, p in zip(factors, detached))
         torch.testing.assert_close(offset - 0.5 * quad, value.detach())
+        # the value and gradient together, as the eager step takes them
+        both, grads = prior.log_prob_and_grad_chains(detached)
+        torch.testing.assert_close(both, value.detach())
+        for a, b in zip(auto, grads):
+            torch.testing.assert_close(a, b)
 
 
 def test_one_precision_per_input_groups_the_input_layer_by_column():

@@ -59,8 +59,8 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
     prior_scale : {"auto", "hierarchical", "fan_in"}, float or prior object, default="auto"
         The prior on the network's weights (:mod:`bayesnet.priors`).
         "hierarchical": a precision with a ``Gamma(1, 1)`` hyperprior for
-        every parameter tensor, and for each input the weights out of it
-        (the input layer's columns), resampled from its exact conditional by
+        every parameter tensor, except the input layer's weights, which have
+        one per input (the weights out of it), resampled from its exact conditional by
         a Gibbs step every 10 sampler steps (from half the burn-in on: first
         the chain meets the data at the fan-in scale), so that the data set each
         layer's scale and each input's relevance (Neal 1996's automatic
