@@ -24,6 +24,7 @@ from bayesnet.metrics import expected_calibration_error, interval_coverage
 SPLITS = [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.slow  # 6 fits of 4,000 steps, about 20 s: the default run checks the defaults on breast cancer elsewhere
 def test_breast_cancer_accuracy_and_calibration():
     X, y = load_breast_cancer(return_X_y=True)
     acc, ece, acc_sk, ece_sk = [], [], [], []

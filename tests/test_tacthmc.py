@@ -298,7 +298,10 @@ def _experiment_1d(n_chains, n_steps, burn_in):
     return results
 
 
-@pytest.mark.parametrize("n_chains,n_steps", [(400, 10000), pytest.param(2000, 15000, marks=pytest.mark.slow)])
+# both sizes with -m slow (the smaller one took 24 s of the default run on a 2-core machine; Fig. 2's four modes stay
+# in it)
+@pytest.mark.slow
+@pytest.mark.parametrize("n_chains,n_steps", [(400, 10000), (2000, 15000)])
 def test_paper_fig1_three_modes_with_noisy_gradients(n_chains, n_steps):
     """Luo et al. 2018 Fig. 1(a): only TACT-HMC recovers the three modes with their weights; thermostats without
     tempering stay trapped in the starting mode; tempering without thermostats spreads under the noise.
