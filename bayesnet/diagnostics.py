@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = ["autocorrelation", "effective_sample_size", "integrated_autocorrelation_time", "split_rhat",
            "rank_normalize", "bulk_effective_sample_size", "tail_effective_sample_size", "rank_normalized_split_rhat",
+           "bulk_effective_sample_size_many", "rank_normalized_split_rhat_many",
            "chain_summaries"]
 
 
@@ -61,26 +62,31 @@ def effective_sample_size(draws: np.ndarray) -> float:
         the multi-chain autocorrelations truncated by Geyer's initial monotone
         positive-pair sequence. A constant series returns ``n_chains * n_draws``.
     """
-    x = _as_chains(draws)
-    m, n = x.shape
-    chain_var = x.var(axis=1, ddof=1)
-    w = chain_var.mean()
-    if w == 0:
-        return float(m * n)
-    b_over_n = x.mean(axis=1).var(ddof=1) if m > 1 else 0.0
+    return float(_ess_many(_as_chains(draws)[..., None])[0])
+
+
+def _ess_many(x: np.ndarray) -> np.ndarray:
+    """:func:`effective_sample_size` of ``k`` quantities at once: ``x`` shaped (n_chains, n_draws, k) -> (k,)."""
+    m, n, k = x.shape
+    w = x.var(axis=1, ddof=1).mean(axis=0)  # (k,)
+    b_over_n = x.mean(axis=1).var(axis=0, ddof=1) if m > 1 else np.zeros(k)
     var_plus = (n - 1) / n * w + b_over_n
-    acov = autocorrelation(x) * x.var(axis=1, ddof=0)[:, None]
-    rho = 1.0 - (w - acov.mean(axis=0)) / var_plus
-    rho[0] = 1.0
+    series = np.moveaxis(x, 2, 1)  # (m, k, n)
+    acov = autocorrelation(series) * series.var(axis=2, ddof=0)[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = 1.0 - (w[:, None] - acov.mean(axis=0)) / var_plus[:, None]  # (k, n)
+    rho[:, 0] = 1.0
     # Geyer: sum pairs Gamma_k = rho_2k + rho_2k+1 while positive, made monotone.
     n_pairs = n // 2
-    gamma = rho[: 2 * n_pairs].reshape(n_pairs, 2).sum(axis=1)
-    positive = np.nonzero(gamma <= 0)[0]
-    k = positive[0] if positive.size else n_pairs
-    gamma = np.minimum.accumulate(gamma[:k]) if k > 0 else gamma[:0]
-    tau = -1.0 + 2.0 * gamma.sum()
-    tau = max(tau, 1.0 / np.log10(m * n))  # Stan's cap: ESS <= S log10(S) for antithetic chains
-    return float(m * n / tau)
+    gamma = rho[:, : 2 * n_pairs].reshape(k, n_pairs, 2).sum(axis=2)
+    nonpositive = gamma <= 0
+    first = np.where(nonpositive.any(axis=1), nonpositive.argmax(axis=1), n_pairs)
+    kept = np.arange(n_pairs)[None, :] < first[:, None]
+    monotone = np.minimum.accumulate(np.where(kept, gamma, np.inf), axis=1)
+    tau = -1.0 + 2.0 * np.where(kept, monotone, 0.0).sum(axis=1)
+    tau = np.maximum(tau, 1.0 / np.log10(m * n))  # Stan's cap: ESS <= S log10(S) for antithetic chains
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(w == 0, float(m * n), m * n / tau)
 
 
 def integrated_autocorrelation_time(draws: np.ndarray) -> float:
@@ -103,18 +109,18 @@ def split_rhat(draws: np.ndarray) -> float:
         Close to 1 when chains (and halves) agree; > 1.01 suggests
         non-convergence.
     """
-    return _rhat(_split(_as_chains(draws)))
+    return float(_rhat_many(_split(_as_chains(draws)[..., None]))[0])
 
 
-def _rhat(x: np.ndarray) -> float:
-    """R-hat of chains ``x`` (n_chains, n_draws) as given (already split)."""
+def _rhat_many(x: np.ndarray) -> np.ndarray:
+    """R-hat of chains ``x`` (n_chains, n_draws, k) as given (already split), per quantity: (k,)."""
     n = x.shape[1]
-    w = x.var(axis=1, ddof=1).mean()
-    b = n * x.mean(axis=1).var(ddof=1)
-    if w == 0:
-        return 1.0 if b == 0 else float("inf")
+    w = x.var(axis=1, ddof=1).mean(axis=0)
+    b = n * x.mean(axis=1).var(axis=0, ddof=1)
     var_plus = (n - 1) / n * w + b / n
-    return float(np.sqrt(var_plus / w))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.sqrt(var_plus / w)
+    return np.where(w == 0, np.where(b == 0, 1.0, np.inf), r)
 
 
 def _split(x: np.ndarray) -> np.ndarray:
@@ -133,12 +139,18 @@ def rank_normalize(draws: np.ndarray) -> np.ndarray:
     -------
     ndarray, same shape
     """
+    x = np.asarray(draws, dtype=np.float64)
+    return _rank_normalize_many(x.reshape(1, -1, 1)).reshape(x.shape)
+
+
+def _rank_normalize_many(x: np.ndarray) -> np.ndarray:
+    """:func:`rank_normalize` of ``k`` quantities at once, each pooled over its chains and draws: (m, n, k)."""
     from scipy.special import ndtri
     from scipy.stats import rankdata
 
-    x = np.asarray(draws, dtype=np.float64)
-    ranks = rankdata(x, method="average").reshape(x.shape)
-    return ndtri((ranks - 0.375) / (x.size + 0.25))
+    m, n, k = x.shape
+    ranks = rankdata(x.reshape(m * n, k), method="average", axis=0).reshape(x.shape)
+    return ndtri((ranks - 0.375) / (m * n + 0.25))
 
 
 def _ess_chains(draws: np.ndarray) -> np.ndarray:
@@ -162,10 +174,25 @@ def bulk_effective_sample_size(draws: np.ndarray) -> float:
         Robust to heavy tails and, through the split chains, sensitive to
         chains that have not mixed. A constant series returns the number of draws.
     """
-    x = _ess_chains(draws)
-    if np.ptp(x) == 0:
-        return float(x.size)
-    return effective_sample_size(rank_normalize(_split(x)))
+    return float(bulk_effective_sample_size_many(_ess_chains(draws)[..., None])[0])
+
+
+def bulk_effective_sample_size_many(draws: np.ndarray) -> np.ndarray:
+    """:func:`bulk_effective_sample_size` of ``k`` quantities at once (the convergence checks' rows).
+
+    Parameters
+    ----------
+    draws : ndarray, shape (n_chains, n_draws, k), at least 8 draws per chain
+
+    Returns
+    -------
+    ndarray, shape (k,)
+    """
+    x = np.asarray(draws, dtype=np.float64)
+    if x.ndim != 3 or x.shape[1] < 8:
+        raise ValueError(f"expected draws shaped (chain, draw, k) with at least 8 draws, got {x.shape}.")
+    constant = np.ptp(x, axis=(0, 1)) == 0
+    return np.where(constant, float(x.shape[0] * x.shape[1]), _ess_many(_rank_normalize_many(_split(x))))
 
 
 def tail_effective_sample_size(draws: np.ndarray) -> float:
@@ -204,13 +231,34 @@ def rank_normalized_split_rhat(draws: np.ndarray) -> float:
         Near 1 when the chains (and their halves) agree in location and scale;
         Vehtari et al. recommend requiring < 1.01.
     """
-    x = _split(_as_chains(draws))  # split first (an odd chain's middle draw is left out), then rank
-    if np.ptp(x) == 0:
-        return 1.0
-    bulk = _rhat(rank_normalize(x))
-    folded = np.abs(x - np.median(x))
-    tail = _rhat(rank_normalize(folded)) if np.ptp(folded) > 0 else 1.0
-    return float(max(bulk, tail))
+    return float(rank_normalized_split_rhat_many(_as_chains(draws)[..., None])[0])
+
+
+def rank_normalized_split_rhat_many(draws: np.ndarray) -> np.ndarray:
+    """:func:`rank_normalized_split_rhat` of ``k`` quantities at once (the convergence checks' rows).
+
+    Parameters
+    ----------
+    draws : ndarray, shape (n_chains, n_draws, k), at least 4 draws per chain
+
+    Returns
+    -------
+    ndarray, shape (k,)
+    """
+    x = np.asarray(draws, dtype=np.float64)
+    if x.ndim != 3 or x.shape[1] < 4:
+        raise ValueError(f"expected draws shaped (chain, draw, k) with at least 4 draws, got {x.shape}.")
+    x = _split(x)  # split first (an odd chain's middle draw is left out), then rank
+    bulk = _rhat_many(_rank_normalize_many(x))
+    folded = np.abs(x - np.median(x, axis=(0, 1)))
+    tail = np.where(np.ptp(folded, axis=(0, 1)) > 0, _rhat_many(_rank_normalize_many(folded)), 1.0)
+    return np.where(np.ptp(x, axis=(0, 1)) == 0, 1.0, _larger(bulk, tail))
+
+
+def _larger(bulk: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """``max(bulk, tail)`` elementwise as Python's ``max`` takes it: ``tail`` only where it is larger (a NaN
+    ``bulk`` stays NaN, a NaN ``tail`` is ignored)."""
+    return np.where(tail > bulk, tail, bulk)
 
 
 def chain_summaries(draws: np.ndarray, potentials: np.ndarray | None = None, n_projections: int = 3,

@@ -195,6 +195,59 @@ def test_rank_normalised_rhat_and_bulk_ess():
     assert set(summary) == {"potential", "projection_0", "projection_1", "projection_2"}
 
 
+@pytest.mark.parametrize("chains", [1, 3])
+def test_the_row_wise_diagnostics_equal_one_quantity_at_a_time(chains):
+    """``*_many`` (the convergence checks' 64 rows at once) give, per column, what the scalar functions give,
+    written out here as they were before the columns were vectorised (a loop of 2-D computations): iid, AR(1),
+    shifted chains, ties, a constant column, and one whose folded values are constant."""
+    from scipy.special import ndtri
+    from scipy.stats import rankdata
+
+    from bayesnet.diagnostics import autocorrelation, bulk_effective_sample_size_many, rank_normalized_split_rhat_many
+
+    def ess(x):  # the 2-D effective sample size, as written before (Geyer's monotone sequence)
+        m, n = x.shape
+        w = x.var(axis=1, ddof=1).mean()
+        if w == 0:
+            return float(m * n)
+        var_plus = (n - 1) / n * w + (x.mean(axis=1).var(ddof=1) if m > 1 else 0.0)
+        rho = 1.0 - (w - (autocorrelation(x) * x.var(axis=1, ddof=0)[:, None]).mean(axis=0)) / var_plus
+        rho[0] = 1.0
+        gamma = rho[: 2 * (n // 2)].reshape(n // 2, 2).sum(axis=1)
+        stop = np.nonzero(gamma <= 0)[0]
+        gamma = np.minimum.accumulate(gamma[: stop[0] if stop.size else n // 2])
+        return float(m * n / max(-1.0 + 2.0 * gamma.sum(), 1.0 / np.log10(m * n)))
+
+    def rhat(x):
+        n, w = x.shape[1], x.var(axis=1, ddof=1).mean()
+        b = n * x.mean(axis=1).var(ddof=1)
+        return (1.0 if b == 0 else np.inf) if w == 0 else float(np.sqrt(((n - 1) / n * w + b / n) / w))
+
+    def normal_scores(x):
+        return ndtri((rankdata(x, method="average").reshape(x.shape) - 0.375) / (x.size + 0.25))
+
+    def split(x):
+        half = x.shape[1] // 2
+        return np.concatenate([x[:, :half], x[:, -half:]])
+
+    rng = np.random.default_rng(3)
+    n = 101  # odd: the split leaves the middle draw out
+    cols = [rng.normal(size=(chains, n)), np.cumsum(rng.normal(size=(chains, n)), axis=1),
+            rng.normal(size=(chains, n)) + np.arange(chains)[:, None], rng.integers(0, 3, size=(chains, n)) * 1.0,
+            np.full((chains, n), 2.5), np.where(rng.random((chains, n)) < 0.5, -1.0, 1.0)]
+    draws = np.stack(cols, axis=2)
+    many_rhat, many_ess = rank_normalized_split_rhat_many(draws), bulk_effective_sample_size_many(draws)
+    for j, x in enumerate(cols):
+        s = split(x)
+        folded = np.abs(s - np.median(s))
+        tail = rhat(normal_scores(folded)) if np.ptp(folded) > 0 else 1.0
+        want_rhat = 1.0 if np.ptp(s) == 0 else max(rhat(normal_scores(s)), tail)
+        want_ess = float(x.size) if np.ptp(x) == 0 else ess(normal_scores(s))
+        assert many_rhat[j] == pytest.approx(want_rhat, rel=1e-12), j
+        assert many_ess[j] == pytest.approx(want_ess, rel=1e-12), j
+        assert rank_normalized_split_rhat(x) == many_rhat[j] and bulk_effective_sample_size(x) == many_ess[j]
+
+
 # ---------------------------------------------------------------------- #
 # estimators
 # ---------------------------------------------------------------------- #

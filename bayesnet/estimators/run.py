@@ -27,7 +27,8 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_random_state
 
-from ..diagnostics import bulk_effective_sample_size, rank_normalized_split_rhat, tail_effective_sample_size
+from ..diagnostics import (bulk_effective_sample_size, bulk_effective_sample_size_many, rank_normalized_split_rhat,
+                           rank_normalized_split_rhat_many, tail_effective_sample_size)
 from ..plan import ChainLayout, RunPlan
 from ..posterior import ChainPosterior
 from ..predictive import PosteriorPredictive
@@ -476,8 +477,8 @@ def convergence(net) -> dict:
         out["log_likelihood"] = {"rhat": rank_normalized_split_rhat(total), "ess_bulk": bulk_effective_sample_size(total),
                                  "ess_tail": tail_effective_sample_size(total)}
         rows = np.flatnonzero(finite)[:POINTWISE_ROWS]
-        rhat = np.array([rank_normalized_split_rhat(ll[:, :, r]) for r in rows])
-        ess = np.array([bulk_effective_sample_size(ll[:, :, r]) for r in rows])
+        rhat = rank_normalized_split_rhat_many(ll[:, :, rows])  # all rows at once (a loop cost 30 ms per fit)
+        ess = bulk_effective_sample_size_many(ll[:, :, rows])
         out["pointwise_log_likelihood"] = {"rhat": float(np.quantile(rhat, 0.9)), "ess_bulk": float(np.quantile(ess, 0.1)),
                                            "rows": int(len(rows))}
     potentials = trace.as_array(potentials=True, active_only=True)
