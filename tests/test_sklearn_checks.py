@@ -6,7 +6,7 @@ from bayesnet import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPCl
                       BayesianRNNClassifier, BayesianRNNRegressor)
 
 # Small, fast settings: the checks fit dozens of times.
-FAST = dict(n_draws=10, burn_in=200, thinning=5, batch_size=64, random_state=0)
+FAST = dict(n_draws=10, burn_in=200, thinning=2, batch_size=64, random_state=0)
 
 # Checks that cannot pass, with the reason (parametrize_with_checks marks them xfail).
 _CONV_ROUNDING = ("float32 convolution kernels round differently for different numbers of rows (measured: "
