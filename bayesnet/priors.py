@@ -306,26 +306,30 @@ class HierarchicalPrior(FanInPrior):
         key = (self.input_relevance, tuple(p.shape for p in parameters))
         if hit is not None and hit[0] is tau and hit[1] == tau._version and hit[2] == dtype and hit[4] == key:
             return hit[3]  # (without the layout's Python: every step)
-        tau = self._tau(parameters)
-        if hit is None or hit[0] is not tau or hit[1] != tau._version or hit[2] != dtype or hit[4] != key:
-            counts, grouped = self._layout(parameters)
-            c = self.variances([p.shape[1:] for p in parameters])
-            scaled = tau / tau.new_tensor([ck for ck, g in zip(c, counts) for _ in range(g)])
-            cols = self._columns(parameters)
-            matrix = torch.stack([scaled[:, sl].sum(1) if k != grouped else torch.zeros_like(scaled[:, 0])
-                                  for k, sl in enumerate(cols)], 1).to(dtype)
-            factors = []
-            for k, (p, sl) in enumerate(zip(parameters, cols)):
-                if k == grouped:  # (S, 1, in, 1, ...): one factor per input column
-                    factors.append(scaled[:, sl].to(dtype).reshape((-1, 1, counts[k]) + (1,) * (p.ndim - 3))
-                                   .contiguous())
-                else:
-                    factors.append(matrix[:, k].contiguous().reshape((-1,) + (1,) * (p.ndim - 1)))
-            forms = {"matrix": matrix, "inputs": None if grouped is None else scaled[:, cols[grouped]].to(dtype),
-                     "factors": factors, "negated": [-f for f in factors], "grouped": grouped,
-                     "rest": self._tau_terms(tau, parameters).to(dtype)}
-            hit = self._tau_cache = (tau, tau._version, dtype, forms, key)
-        return hit[3]
+        tau = self._tau(parameters)  # (a new tensor where the layout changed)
+        counts, grouped = self._layout(parameters)
+        scaled = tau / self._group_variances(parameters, tau)
+        cols = self._columns(parameters)
+        matrix = torch.stack([scaled[:, sl].sum(1) if k != grouped else torch.zeros_like(scaled[:, 0])
+                              for k, sl in enumerate(cols)], 1).to(dtype)
+        factors = []
+        for k, (p, sl) in enumerate(zip(parameters, cols)):
+            if k == grouped:  # (S, 1, in, 1, ...): one factor per input column
+                factors.append(scaled[:, sl].to(dtype).reshape((-1, 1, counts[k]) + (1,) * (p.ndim - 3)).contiguous())
+            else:
+                factors.append(matrix[:, k].contiguous().reshape((-1,) + (1,) * (p.ndim - 1)))
+        forms = {"matrix": matrix, "inputs": None if grouped is None else scaled[:, cols[grouped]].to(dtype),
+                 "factors": factors, "negated": [-f for f in factors], "grouped": grouped,
+                 "rest": self._tau_terms(tau, parameters).to(dtype)}
+        self._tau_cache = (tau, tau._version, dtype, forms, key)
+        return forms
+
+    def _group_variances(self, parameters: Sequence[Tensor], like: Tensor) -> Tensor:
+        """Every group's fan-in variance :math:`c_k` (its tensor's), ``(G,)`` on ``like``'s device and dtype (made
+        once)."""
+        counts = self._layout(parameters)[0]
+        c = self.variances([p.shape[1:] for p in parameters])
+        return _factor_vector(self, [ck for ck, g in zip(c, counts) for _ in range(g)], like)
 
     def _sizes(self, parameters: Sequence[Tensor], device) -> Tensor:
         """Every group's entries per member, :math:`n_g`, as a float64 ``(G,)`` tensor on ``device`` (made once)."""
@@ -347,13 +351,11 @@ class HierarchicalPrior(FanInPrior):
 
     def _scaled_squares(self, parameters: Sequence[Tensor], like: Tensor) -> Tensor:
         r""":math:`|\theta_g|^2 / c_k` per member and group, ``(S, G)``, float64."""
-        counts, grouped = self._layout(parameters)
-        c = self.variances([p.shape[1:] for p in parameters])
+        grouped = self._layout(parameters)[1]
         if grouped is None:
-            return squared_norms(parameters).double() / _factor_vector(self, c, like)
+            return squared_norms(parameters).double() / self._group_variances(parameters, like)
         cols = [self._input_squares(p) if k == grouped else squared_norms([p]) for k, p in enumerate(parameters)]
-        return torch.cat(cols, 1).double() / _factor_vector(self, [ck for ck, g in zip(c, counts) for _ in range(g)],
-                                                             like)
+        return torch.cat(cols, 1).double() / self._group_variances(parameters, like)
 
     def _energy(self, parameters: Sequence[Tensor], tau: Tensor, sq: Tensor | None = None) -> Tensor:
         """``-log p(theta | tau) - log p(tau)`` per member, (S,), float64 for the tau terms; ``sq`` the
