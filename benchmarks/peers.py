@@ -31,7 +31,8 @@ ours-kernel
 ours-compiled
     The same kernel with its frozen step compiled whole by ``torch.compile``
     (``bayesnet.samplers.compiled.CompiledTransition``; sgld, sghmc and sgnht),
-    compiled in the first call, before the timed blocks.
+    compiled in the first call, before the timed blocks. ``--compile-mode
+    reduce-overhead`` compiles it with CUDA graphs on a GPU.
 ours-estimator
     ``BayesianMLPClassifier(..., n_chains=C).fit(X, y)`` on the N rows. This
     is seconds per sampler step inside the fit: the median over epochs of
@@ -183,6 +184,7 @@ SAMPLERS = ("sgld", "sghmc", "sgnht")
 IMPLS = ("ours-kernel", "ours-compiled", "ours-estimator", "torch-loop", "posteriors", "blackjax")
 FITS = ("fit-bayesnet", "fit-sklearn")
 JSON_TAG = "PEERS_JSON "
+COMPILE_MODE = None  # torch.compile's mode for ours-compiled (--compile-mode; None: its default)
 
 
 @dataclass(frozen=True)
@@ -393,7 +395,8 @@ def ours_kernel_step_fn(sampler: str, hyper: dict, potential, n_chains: int, see
     if compiled:
         from bayesnet.samplers.compiled import CompiledTransition
 
-        transition = CompiledTransition(kernel, potential, state.layout)
+        transition = CompiledTransition(kernel, potential, state.layout,
+                                        options={"mode": COMPILE_MODE} if COMPILE_MODE else None)
 
         def step(batch):
             transition(state, potential, batch)
@@ -891,6 +894,8 @@ def library_versions() -> dict:
 
 
 def run_worker(args) -> list:
+    global COMPILE_MODE
+    COMPILE_MODE = args.compile_mode
     pin_threads(args.threads, args.device)
     warnings.filterwarnings("ignore")
     import torch
@@ -957,6 +962,8 @@ def run_fit(args, clock) -> dict:
 def worker_command(impl, args, workload=None) -> list:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--threads", str(args.threads),
            "--device", args.device, "--clock", args.clock]
+    if args.compile_mode:
+        cmd += ["--compile-mode", args.compile_mode]
     if workload is not None:
         wl = WORKLOADS[workload]
         chains = [c for c in wl.chains if args.chains is None or c in args.chains] or list(wl.chains)
@@ -1240,6 +1247,8 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda for ours, the torch loop and posteriors")
     ap.add_argument("--clock", choices=["wall", "process"], default="wall",
                     help="wall (default) or process CPU time (busy machine, with --threads 1)")
+    ap.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
+                    help="torch.compile's mode for ours-compiled (reduce-overhead: CUDA graphs on a GPU)")
     ap.add_argument("--no-fit", dest="fit", action="store_false", help="skip the default-fit comparison")
     ap.add_argument("--quick", action="store_true",
                     help="2 rounds, N=4096, 20-step blocks x 3, 2 estimator epochs: to validate, not to measure")

@@ -169,7 +169,7 @@ class ChainRandom:
         self.generators = []
         for gs in gen_states:
             gen = torch.Generator(device=device)
-            gen.set_state(gs)
+            gen.set_state(gs.cpu())  # skorch maps the pickled tensors to the device; states live on the CPU
             self.generators.append(gen)
         self._pools = {k: [v[0].to(device), v[1]] for k, v in pools.items()}
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The checks and benchmarks that need a CUDA GPU, in one script for a short lease of a GPU machine.
+#
+#   bash benchmarks/gpu_check.sh tests    # the CUDA tests
+#   bash benchmarks/gpu_check.sh fit      # the README's default fit (bundled breast cancer) on cuda and on the cpu
+#   bash benchmarks/gpu_check.sh peers    # one sghmc step of the 784-100-10 MLP: ours (eager, compiled, compiled
+#                                         # with CUDA graphs), the torch loop, posteriors and BlackJAX on the GPU
+#   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
+#   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
+#
+# Each step has its own time limit, and a step that fails or runs out of time does not stop the next one.
+# Logs go to $OUT (or ./gpu-logs when OUT is unset). Packages the machine lacks (skorch; posteriors and
+# BlackJAX for the peers; mnist1d) are installed from wheels in .whl/ when that folder exists, into /tmp/site.
+# The figures of the last run are in benchmarks/README.md, "On a GPU".
+set -u
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+PY=${PY:-python3}
+export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, report how it ended
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    echo "=== $name (limit ${limit}s): $*"
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name: rc=$rc after $((SECONDS - t0))s"
+    return 0
+}
+
+nvidia-smi -L 2>&1 | head -2
+$PY -c "import torch, sklearn, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+torch.cuda.get_device_name(), '| sklearn', sklearn.__version__, '| numpy', numpy.__version__)"
+for phase in "${@:-tests}"; do
+case "$phase" in
+tests)
+    # every test that needs CUDA, and the CPU-side tests of the device handling beside them
+    step cuda_tests 90 $PY -m pytest -q -p no:cacheprovider -rfEs -n 8 -k "cuda or device" \
+        tests/test_architectures.py tests/test_estimators.py tests/test_io.py tests/test_pt_langevin.py \
+        tests/test_cli.py tests/test_faults.py
+    tail -25 "$OUT/cuda_tests.log"
+    ;;
+fit)
+    # the README's main job on the bundled data, on the GPU and on the CPU
+    for dev in cuda cpu; do
+        step "cli_fit_$dev" 60 $PY -c "import sys; from bayesnet.cli import main; sys.exit(main(sys.argv[1:]))" \
+            fit --device $dev --output "/tmp/model-$dev.bayesnet"
+        tail -6 "$OUT/cli_fit_$dev.log"
+    done
+    ;;
+peers)
+    # sampler steps against the torch loop, posteriors and BlackJAX (jax on the GPU when it sees one); one round,
+    # each worker times 5 blocks of 100 steps after 20 warm-up steps
+    common=(--device cuda --workloads mlp784 --samplers sghmc --rounds 1 --steps 100 --repeats 5 --warmup 20 --no-fit)
+    step peers 120 $PY benchmarks/peers.py "${common[@]}" --impls ours-kernel ours-compiled torch-loop posteriors \
+        blackjax --output "$OUT/peers.json"
+    grep -A12 "Seconds per sampler step" "$OUT/peers.log"
+    step peers_graphs 60 $PY benchmarks/peers.py "${common[@]}" --impls ours-compiled --compile-mode reduce-overhead \
+        --output "$OUT/peers_graphs.json"
+    grep -A6 "Seconds per sampler step" "$OUT/peers_graphs.log"
+    ;;
+bench)
+    step panel 150 $PY benchmarks/defaults_panel.py --tasks digits mnist1d-cnn --device cuda --row-timeout 120 \
+        --baseline-steps 2000 --output "$OUT/panel.csv"
+    grep -A30 "^all rows" "$OUT/panel.log" | head -30
+    step chains 45 $PY benchmarks/chains_vectorised.py --device cuda --repeats 3
+    tail -15 "$OUT/chains.log"
+    step predict 45 $PY benchmarks/predict_throughput.py --device cuda --repeats 3
+    tail -15 "$OUT/predict.log"
+    ;;
+*)
+    echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench ...]" >&2
+    exit 2
+    ;;
+esac
+done
