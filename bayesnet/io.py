@@ -28,8 +28,9 @@ FORMAT = "bayesnet-model"
 VERSION = 1
 
 # attributes of a fitted estimator written as JSON (arrays among them go to tensors)
-_ESTIMATOR_FITTED = ("n_features_in_", "feature_names_in_", "input_shape_", "n_outputs_", "classes_", "y_mean_",
-                     "y_scale_", "_y_is_1d", "n_train_", "diagnostics_", "convergence_", "fit_status_")
+_ESTIMATOR_FITTED = ("n_features_in_", "feature_names_in_", "input_shape_", "input_mean_", "input_scale_",
+                     "n_outputs_", "classes_", "y_mean_", "y_scale_", "_y_is_1d", "n_train_", "diagnostics_",
+                     "convergence_", "fit_status_")
 _TRACE_ARRAYS = ("_steps", "_stored", "_next", "n_candidates", "kept_per_slot", "discarded_per_slot", "active")
 # parameters that hold runtime objects and are not written (their defaults come back on load)
 _RUNTIME_PARAMS = {"callbacks", "iterator_train", "iterator_valid", "module", "criterion", "optimizer", "dataset",
@@ -261,7 +262,9 @@ def _build_estimator(spec: dict, tensors):
     cls = classes.get(spec["class"])
     if cls is None:
         raise ValueError(f"the model file names an unknown estimator class {spec['class']!r}.")
-    est = cls(**_params_back(spec["params"], tensors))
+    params = _params_back(spec["params"], tensors)
+    params.setdefault("standardize_inputs", False)  # written before the estimators standardised their inputs
+    est = cls(**params)
     for attr, value in spec["fitted"].items():
         value = _decode(value, tensors)
         if attr == "input_shape_":

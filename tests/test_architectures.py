@@ -238,7 +238,9 @@ def test_vectorised_prediction_equals_a_loop_over_draws_in_any_chunking(fitted_c
     with torch.no_grad():
         for d in range(fitted_cnn.n_draws_kept_):
             module.load_state_dict({n: p[d] for n, p in zip(names, draws)}, strict=False)
-            expected = expected + torch.softmax(module(torch.as_tensor(Xte).view(-1, 1, 8, 8)).double(), -1)
+            # the network sees the inputs as the estimator gives them: shaped and standardised
+            inputs = torch.as_tensor(fitted_cnn._validate_X(Xte, reset=False))
+            expected = expected + torch.softmax(module(inputs).double(), -1)
     fitted_cnn._sync_module()
     expected = (expected / fitted_cnn.n_draws_kept_).numpy()
     np.testing.assert_allclose(fitted_cnn.predict_proba(Xte), expected, atol=1e-6)

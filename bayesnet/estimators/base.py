@@ -78,10 +78,11 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "compile": ["boolean", StrOptions({"auto"})],
+        "standardize_inputs": ["boolean"],
     }
 
     def __init__(self, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
-                 prior_scale="auto", batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
+                 prior_scale="auto", standardize_inputs=True, batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  callbacks=None, warm_start=False, **kwargs):
         kwargs.setdefault("module", None)
         kwargs.setdefault("criterion", None)
@@ -97,6 +98,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         self.burn_in = burn_in
         self.thinning = thinning
         self.prior_scale = prior_scale
+        self.standardize_inputs = standardize_inputs
         self.random_state = random_state
         # skorch sets these in __init__; scikit-learn wants no fitted-looking attributes before fit, so fall
         # back to the class defaults below.
@@ -207,17 +209,41 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     # ------------------------------------------------------------------ #
     # inputs of more than two axes (sequences, images) are accepted by estimators whose network takes them
     _allow_nd = False
+    # the axis of the network's input that holds its features: columns, image channels, sequence features
+    _input_feature_axis = 1
 
     def _validate_X(self, X, reset: bool):
         X = validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1, allow_nd=self._allow_nd)
-        return self._shape_input(X, reset)
+        return self._standardize(self._shape_input(X, reset), reset)
 
     def _validate_fit_data(self, X, y, reset: bool, classes=None):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, multi_output=True,
                              y_numeric=False, ensure_min_samples=2, allow_nd=self._allow_nd)
-        return self._shape_input(X, reset), self._validate_targets(y, reset=reset, classes=classes)
+        X = self._standardize(self._shape_input(X, reset), reset)
+        return X, self._validate_targets(y, reset=reset, classes=classes)
+
+    def _standardize(self, X: np.ndarray, reset: bool) -> np.ndarray:
+        """Centre and scale each input feature by its training mean and standard deviation (``input_mean_``,
+        ``input_scale_``: recorded on ``reset`` when ``standardize_inputs``, None otherwise), as a
+        StandardScaler in front would; a constant feature is only centred. Features are the columns of tabular
+        input, the channels of an image or signal, the per-step features of a sequence."""
+        axis = self._input_feature_axis % X.ndim
+        if reset:
+            self.input_mean_ = self.input_scale_ = None
+            if self.standardize_inputs:
+                others = tuple(i for i in range(X.ndim) if i != axis)
+                mean = X.mean(axis=others, dtype=np.float64)
+                scale = X.std(axis=others, dtype=np.float64)
+                self.input_mean_ = mean.astype(np.float32)
+                self.input_scale_ = np.where(scale > 0, scale, 1.0).astype(np.float32)
+        mean, scale = getattr(self, "input_mean_", None), getattr(self, "input_scale_", None)
+        if mean is None:
+            return X
+        shape = [1] * X.ndim
+        shape[axis] = -1
+        return (X - mean.reshape(shape)) / scale.reshape(shape)
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         """Bring validated input to the network's layout ``(n, *input_shape_)``, recording the per-sample shape
@@ -396,8 +422,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         which = (f"the {self.sampler_.name} chain diverged at step {step}" if len(diverged) == 1 else
                  f"all {len(diverged)} {self.sampler_.name} chains ({', '.join(map(str, sorted(diverged)))}) "
                  f"diverged, the last at step {step}")
-        return (f"{which}: {'; '.join(reasons)}. Reduce the step size (now {hint}), e.g. by a factor of 10, or "
-                f"standardise the inputs. {len(trace)} draws from before the divergence are kept and usable for "
+        inputs = "" if getattr(self, "input_mean_", None) is not None else \
+            ", or standardise the inputs (standardize_inputs=True)"
+        return (f"{which}: {'; '.join(reasons)}. Reduce the step size (now {hint}), e.g. by a factor of 10"
+                f"{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
                 "discarded (see fit_status_).")
 
@@ -469,6 +497,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def __setstate__(self, state):
         # skorch maps CUDA tensors to the available device using `device`; give it a concrete device for "auto".
         wanted = state.get("device")
+        state.setdefault("standardize_inputs", False)  # pickled before the estimators standardised their inputs
         if wanted == "auto":
             state["device"] = str(resolve_device("auto"))
         super().__setstate__(state)

@@ -148,7 +148,7 @@ def merge(net, shards, lost_chains=(), faults=()) -> None:
     net.shards_ = list(shards)
     first = shards[0]
     for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
-                 "input_shape_", "device_", "prior_", "sampler_", "n_train_", "history_", "plan_", "seed_",
+                 "input_shape_", "input_mean_", "input_scale_", "device_", "prior_", "sampler_", "n_train_", "history_", "plan_", "seed_",
                  "data_fingerprint_", "fit_params_", "check_rows_"):
         if attr in vars(first):
             setattr(net, attr, getattr(first, attr))

@@ -41,6 +41,8 @@ class _RNNNet(BayesianNeuralNet):
 
     _allow_nd = True
 
+    _input_feature_axis = -1  # (n, n_timesteps, n_features): statistics over the rows and the steps
+
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         if X.ndim == 2:
             X = X[:, :, None]  # univariate sequences
@@ -60,10 +62,10 @@ class BayesianRNNClassifier(BayesianClassifierMixin, _RNNNet):
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
                  sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
-                 prior_scale="auto", batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
+                 prior_scale="auto", standardize_inputs=True, batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
-                         n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,
+                         n_jobs=n_jobs, prior_scale=prior_scale, standardize_inputs=standardize_inputs, batch_size=batch_size, max_epochs=max_epochs,
                          device=device, random_state=random_state, verbose=verbose, **kwargs)
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -78,10 +80,10 @@ class BayesianRNNRegressor(BayesianRegressorMixin, _RNNNet):
 
     def __init__(self, hidden_size=128, num_layers=1, dense_layer_sizes=(64,), cell="lstm", activation="relu", *,
                  sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
-                 prior_scale="auto", noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None, device="cpu",
+                 prior_scale="auto", standardize_inputs=True, noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None, device="cpu",
                  random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
-                         n_jobs=n_jobs, prior_scale=prior_scale, batch_size=batch_size, max_epochs=max_epochs,
+                         n_jobs=n_jobs, prior_scale=prior_scale, standardize_inputs=standardize_inputs, batch_size=batch_size, max_epochs=max_epochs,
                          device=device, random_state=random_state, verbose=verbose, **kwargs)
         self.hidden_size = hidden_size
         self.num_layers = num_layers

@@ -624,8 +624,9 @@ def warn_status(net) -> None:
                            f"discarded)" for c, d in sorted(diverged.items()))
         messages.append(f"{len(diverged)} of {net.n_chains} chains diverged and stopped taking draws: {detail}. "
                         f"The other chains finished. Reduce the step size "
-                        f"({net.sampler_.divergence_hint(state)}) or standardise the "
-                        "inputs.")
+                        f"({net.sampler_.divergence_hint(state)})"
+                        + ("." if getattr(net, "input_mean_", None) is not None else
+                           " or standardise the inputs (standardize_inputs=True)."))
     report = getattr(state, "warmup_report", None) if state is not None else None
     if report is not None and not report.get("settled", True):
         messages.append(f"the warm-up ({report['n_steps']} steps, the burn-in) did not settle: "

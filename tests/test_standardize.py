@@ -1,0 +1,145 @@
+"""standardize_inputs: the estimators centre and scale each input feature as a StandardScaler in front would."""
+
+import json
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+import bayesnet
+from bayesnet import BayesianCNNClassifier, BayesianMLPClassifier, BayesianRNNRegressor
+
+SHORT = dict(n_draws=5, burn_in=40, thinning=2, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return X[:300], y[:300], X[300:]
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        yield
+
+
+def test_the_network_sees_what_a_standard_scaler_gives(cancer):
+    """Raw breast cancer (features from 0.001 to 4,000): the map is the training rows' StandardScaler, applied
+    to new rows too, and it does not depend on the features' units."""
+    X, y, Xnew = cancer
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
+    scaler = StandardScaler().fit(X)
+    assert est.input_mean_.shape == est.input_scale_.shape == (30,)
+    assert est.input_mean_.dtype == np.float32
+    np.testing.assert_allclose(est.input_mean_, scaler.mean_, rtol=1e-6)
+    np.testing.assert_allclose(est.input_scale_, scaler.scale_, rtol=1e-6)
+    seen = est._validate_X(Xnew, reset=False)
+    np.testing.assert_allclose(seen, scaler.transform(Xnew), atol=2e-5)
+    assert np.abs(seen).max() < 50 < np.abs(Xnew).max()  # the raw features reach the thousands
+    # other units (x 1000, shifted): the same network inputs up to float32 rounding
+    other = BayesianMLPClassifier((8,), **SHORT).fit(1000 * X + 7, y)
+    np.testing.assert_allclose(other._validate_X(1000 * Xnew + 7, reset=False), seen, atol=1e-4)
+
+
+def test_a_scaled_input_passes_unchanged_and_false_feeds_it_as_given(cancer):
+    X, y, Xnew = cancer
+    scaler = StandardScaler().fit(X)
+    Xs = scaler.transform(X)
+    est = BayesianMLPClassifier((8,), **SHORT).fit(Xs, y)
+    np.testing.assert_allclose(est._validate_X(Xs, reset=False), Xs, atol=1e-5)  # already standardised
+    raw = BayesianMLPClassifier((8,), standardize_inputs=False, **SHORT).fit(X, y)
+    assert raw.input_mean_ is None and raw.input_scale_ is None
+    np.testing.assert_array_equal(raw._validate_X(Xnew, reset=False), Xnew.astype(np.float32))
+
+
+def test_a_constant_feature_is_centred_not_divided_by_zero(cancer):
+    X, y, Xnew = cancer
+    X = np.column_stack([X, np.full(len(X), 3.0)])
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
+    assert est.input_scale_[-1] == 1.0 and est.input_mean_[-1] == 3.0
+    proba = est.predict_proba(np.column_stack([Xnew, np.full(len(Xnew), 5.0)]))
+    assert np.isfinite(proba).all()
+
+
+def test_images_per_channel_and_sequences_per_step_feature():
+    """A CNN's statistics are over the rows and the pixels of each channel (a near-constant border pixel is not
+    blown up); an RNN's over the rows and the steps of each per-step feature."""
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:200].astype(np.float32), y[:200]
+    cnn = BayesianCNNClassifier(channels=(4,), dense_layer_sizes=(8,), input_shape=(1, 8, 8), **SHORT).fit(X, y)
+    assert cnn.input_mean_.shape == (1,)
+    np.testing.assert_allclose(cnn.input_mean_[0], X.mean(), rtol=1e-5)
+    np.testing.assert_allclose(cnn.input_scale_[0], X.std(), rtol=1e-5)
+    assert cnn._validate_X(X[:3], reset=False).shape == (3, 1, 8, 8)
+
+    rng = np.random.default_rng(0)
+    seq = np.stack([rng.normal(100.0, 20.0, (150, 6)), rng.normal(0.0, 0.01, (150, 6))], axis=-1)  # (n, T, 2)
+    target = seq[:, -1, 0] / 20.0 + rng.normal(0, 0.1, 150)
+    rnn = BayesianRNNRegressor(hidden_size=4, dense_layer_sizes=(4,), **SHORT).fit(seq, target)
+    assert rnn.input_mean_.shape == (2,)
+    np.testing.assert_allclose(rnn.input_mean_, seq.reshape(-1, 2).mean(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(rnn.input_scale_, seq.reshape(-1, 2).std(0), rtol=1e-4)
+    seen = rnn._validate_X(seq, reset=False)
+    np.testing.assert_allclose(seen.reshape(-1, 2).std(0), [1.0, 1.0], rtol=1e-4)
+
+
+def test_continuing_chains_keep_the_first_fits_map_and_refuse_a_change(cancer):
+    X, y, _ = cancer
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
+    mean = est.input_mean_.copy()
+    est.partial_fit(X[:150] * 2.0, y[:150])  # other data: the map stays the one the chains were started with
+    np.testing.assert_array_equal(est.input_mean_, mean)
+    est.set_params(standardize_inputs=False)
+    with pytest.raises(ValueError, match="standardize_inputs"):
+        est.partial_fit(X, y)
+    with pytest.raises(Exception):  # anything but a bool is refused at fit
+        BayesianMLPClassifier((8,), standardize_inputs="yes", **SHORT).fit(X, y)
+
+
+def test_models_from_before_the_option_load_as_they_were_fitted(cancer, tmp_path):
+    """A pickle or model file written before standardize_inputs existed fed raw inputs: it loads with
+    standardize_inputs=False and predicts as before."""
+    X, y, Xnew = cancer
+    est = BayesianMLPClassifier((8,), standardize_inputs=False, **SHORT).fit(X, y)
+    expected = est.predict_proba(Xnew)
+
+    state = est.__getstate__()
+    for key in ("standardize_inputs", "input_mean_", "input_scale_"):
+        state.pop(key)
+    old = BayesianMLPClassifier.__new__(BayesianMLPClassifier)
+    old.__setstate__(state)
+    assert old.get_params()["standardize_inputs"] is False
+    np.testing.assert_array_equal(old.predict_proba(Xnew), expected)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(old)).predict_proba(Xnew), expected)
+
+    est.save(tmp_path / "m.bayesnet")
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(tmp_path / "m.bayesnet"), "pt") as f:
+        header = f.metadata()
+    spec = json.loads(header["spec"])
+    spec["estimator"]["params"].pop("standardize_inputs")
+    for key in ("input_mean_", "input_scale_"):
+        spec["estimator"]["fitted"].pop(key)
+    header["spec"] = json.dumps(spec)
+    save_file(load_file(str(tmp_path / "m.bayesnet")), str(tmp_path / "old.bayesnet"), metadata=header)
+    back = bayesnet.load(tmp_path / "old.bayesnet")
+    assert back.standardize_inputs is False
+    np.testing.assert_array_equal(back.predict_proba(Xnew), expected)
+
+
+def test_a_model_file_keeps_the_map(cancer, tmp_path):
+    X, y, Xnew = cancer
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
+    est.save(tmp_path / "m.bayesnet")
+    back = bayesnet.load(tmp_path / "m.bayesnet")
+    np.testing.assert_array_equal(back.input_mean_, est.input_mean_)
+    np.testing.assert_array_equal(back.input_scale_, est.input_scale_)
+    np.testing.assert_array_equal(back.predict_proba(Xnew), est.predict_proba(Xnew))
