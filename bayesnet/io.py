@@ -253,6 +253,36 @@ def _params_back(spec_params: dict, tensors) -> dict:
     return out
 
 
+def _check_input_map(est) -> None:
+    """The input standardisation a model file holds, checked as data: None with ``standardize_inputs=False``
+    (files from before the option hold neither), else finite float vectors of one entry per input feature, the
+    scales positive. Raises ValueError otherwise."""
+    flag = est.standardize_inputs
+    mean, scale = getattr(est, "input_mean_", None), getattr(est, "input_scale_", None)
+    if not isinstance(flag, bool):
+        raise ValueError(f"malformed model file: standardize_inputs={flag!r} is not a bool.")
+    if not flag:
+        if mean is not None or scale is not None:
+            raise ValueError("malformed model file: it holds an input map (input_mean_, input_scale_) but "
+                             "standardize_inputs=False.")
+        est.input_mean_ = est.input_scale_ = None
+        return
+    shape = getattr(est, "input_shape_", None)
+    axis = est._input_feature_axis
+    try:
+        n = int(shape[axis - 1 if axis > 0 else axis])
+    except (TypeError, IndexError, ValueError):
+        raise ValueError(f"malformed model file: input_shape_={shape!r} names no input features.") from None
+    for name, value in (("input_mean_", mean), ("input_scale_", scale)):
+        if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.shape == (n,)
+                and np.isfinite(value).all()):
+            raise ValueError(f"malformed model file: {name} must be {n} finite floats (one per input feature) "
+                             f"with standardize_inputs=True, got {value!r}.")
+    if (scale <= 0).any():
+        raise ValueError("malformed model file: input_scale_ holds a scale that is not positive.")
+    est.input_mean_, est.input_scale_ = mean.astype(np.float64), scale.astype(np.float64)
+
+
 def _build_estimator(spec: dict, tensors):
     from .plan import ChainLayout
     from .trace import Trace
@@ -268,10 +298,13 @@ def _build_estimator(spec: dict, tensors):
     for attr, value in spec["fitted"].items():
         value = _decode(value, tensors)
         if attr == "input_shape_":
+            if not (isinstance(value, (list, tuple)) and all(isinstance(v, int) and v > 0 for v in value)):
+                raise ValueError(f"malformed model file: input_shape_={value!r} names no input features.")
             value = tuple(value)
         if attr == "fit_status_" and "diverged_chains" in value:
             value["diverged_chains"] = {int(k): v for k, v in value["diverged_chains"].items()}
         setattr(est, attr, value)
+    _check_input_map(est)
     est.device_ = resolve_device(est.device) if str(est.device).startswith("cuda") and torch.cuda.is_available() \
         else torch.device("cpu")
     with torch.random.fork_rng(devices=[]):

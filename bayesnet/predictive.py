@@ -100,7 +100,7 @@ class PosteriorPredictive:
             if not bool(finite.any(dim=0).all()):
                 raise ValueError("the network's outputs are not finite under any posterior draw for some rows: "
                                  "the inputs are far outside the training data's range, or the chains diverged "
-                                 "(see fit_status_); refit with standardised inputs.")
+                                 "(see fit_status_).")
         return finite
 
     def warn_nonfinite(self) -> None:

@@ -259,7 +259,7 @@ def test_a_chain_that_runs_hot_warns(iris):
                                 sampler__step_size=0.005)
     messages = fit_recording(est, X, y)
     hot = [m for m in messages if m.startswith("a chain ran hot")]
-    assert hot and "against a target of 1" in hot[0] and "set a smaller step size (sampler__step_size=0.005)" in hot[0]
+    assert hot and "against a target of 1" in hot[0] and "a smaller step size (sampler__step_size=0.005)" in hot[0]
     assert est.diagnostics_["kinetic_temperature"] > 2
 
 

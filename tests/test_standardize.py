@@ -36,7 +36,7 @@ def test_the_network_sees_what_a_standard_scaler_gives(cancer):
     est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
     scaler = StandardScaler().fit(X)
     assert est.input_mean_.shape == est.input_scale_.shape == (30,)
-    assert est.input_mean_.dtype == np.float32
+    assert est.input_mean_.dtype == np.float64
     np.testing.assert_allclose(est.input_mean_, scaler.mean_, rtol=1e-6)
     np.testing.assert_allclose(est.input_scale_, scaler.scale_, rtol=1e-6)
     seen = est._validate_X(Xnew, reset=False)
@@ -114,22 +114,20 @@ def test_models_from_before_the_option_load_as_they_were_fitted(cancer, tmp_path
         state.pop(key)
     old = BayesianMLPClassifier.__new__(BayesianMLPClassifier)
     old.__setstate__(state)
-    assert old.get_params()["standardize_inputs"] is False
+    assert old.get_params()["standardize_inputs"] is False and old.input_mean_ is None
     np.testing.assert_array_equal(old.predict_proba(Xnew), expected)
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(old)).predict_proba(Xnew), expected)
+    with pytest.raises(ValueError, match="standardize_inputs"):  # its chains were started on raw inputs
+        old.set_params(standardize_inputs=True).partial_fit(X, y)
 
     est.save(tmp_path / "m.bayesnet")
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
 
-    with safe_open(str(tmp_path / "m.bayesnet"), "pt") as f:
-        header = f.metadata()
-    spec = json.loads(header["spec"])
-    spec["estimator"]["params"].pop("standardize_inputs")
-    for key in ("input_mean_", "input_scale_"):
-        spec["estimator"]["fitted"].pop(key)
-    header["spec"] = json.dumps(spec)
-    save_file(load_file(str(tmp_path / "m.bayesnet")), str(tmp_path / "old.bayesnet"), metadata=header)
+    def as_before(spec):
+        spec["estimator"]["params"].pop("standardize_inputs")
+        for key in ("input_mean_", "input_scale_"):
+            spec["estimator"]["fitted"].pop(key)
+
+    _rewrite(tmp_path / "m.bayesnet", tmp_path / "old.bayesnet", as_before)
     back = bayesnet.load(tmp_path / "old.bayesnet")
     assert back.standardize_inputs is False
     np.testing.assert_array_equal(back.predict_proba(Xnew), expected)
@@ -143,3 +141,54 @@ def test_a_model_file_keeps_the_map(cancer, tmp_path):
     np.testing.assert_array_equal(back.input_mean_, est.input_mean_)
     np.testing.assert_array_equal(back.input_scale_, est.input_scale_)
     np.testing.assert_array_equal(back.predict_proba(Xnew), est.predict_proba(Xnew))
+
+
+def test_a_large_offset_keeps_its_spread():
+    """A feature of large offset and small spread (a timestamp): float64 input is centred before the cast to the
+    network's float32, which alone would leave it two distinct values."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=400)
+    X = np.column_stack([1e6 + 0.01 * z, rng.normal(size=400)])
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X[:200], (z[:200] > 0).astype(int))
+    seen = est._validate_X(X[200:], reset=False)
+    assert seen.dtype == np.float32
+    np.testing.assert_allclose(seen[:, 0], (z[200:] - z[:200].mean()) / z[:200].std(), atol=1e-4)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda spec: spec["params"].__setitem__("standardize_inputs", "yes"), "is not a bool"),
+    (lambda spec: spec["params"].__setitem__("standardize_inputs", False), "standardize_inputs=False"),
+    (lambda spec: spec["fitted"].__setitem__("input_scale_", 2.0), "30 finite floats"),
+    (lambda spec: spec["fitted"].pop("input_mean_"), "30 finite floats"),
+    (lambda spec: spec["fitted"].__setitem__("input_shape_", None), "names no input features"),
+])
+def test_a_model_file_with_a_malformed_map_is_refused(cancer, tmp_path, edit, message):
+    X, y, _ = cancer
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
+    est.save(tmp_path / "m.bayesnet")
+    _rewrite(tmp_path / "m.bayesnet", tmp_path / "bad.bayesnet", lambda spec: edit(spec["estimator"]))
+    with pytest.raises(ValueError, match="malformed model file.*" + message):
+        bayesnet.load(tmp_path / "bad.bayesnet")
+
+
+def test_a_model_file_with_a_scale_of_zero_is_refused(cancer, tmp_path):
+    X, y, _ = cancer
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
+    est.input_scale_ = est.input_scale_.copy()
+    est.input_scale_[3] = 0.0
+    est.save(tmp_path / "m.bayesnet")
+    with pytest.raises(ValueError, match="not positive"):
+        bayesnet.load(tmp_path / "m.bayesnet")
+
+
+def _rewrite(path, out, edit):
+    """Rewrite a saved model's JSON header through ``edit(spec)``."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), "pt") as f:
+        header = f.metadata()
+    spec = json.loads(header["spec"])
+    edit(spec)
+    header["spec"] = json.dumps(spec)
+    save_file(load_file(str(path)), str(out), metadata=header)

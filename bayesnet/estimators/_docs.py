@@ -144,7 +144,7 @@ ATTRIBUTES_DOC = """
         Shape of one sample as the network takes it (``(n_features,)`` for
         the MLP, ``(T, n_features)`` for the RNN, ``(C, L)`` or ``(C, H, W)``
         for the CNN).
-    input_mean_, input_scale_ : ndarray of float32, shape (n_features,), or None
+    input_mean_, input_scale_ : ndarray of float64, shape (n_features,), or None
         The training mean and standard deviation (1 for a constant feature)
         of each input feature (column, channel or per-step feature) that
         ``standardize_inputs`` subtracts and divides by; None when it is

@@ -212,14 +212,19 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     # the axis of the network's input that holds its features: columns, image channels, sequence features
     _input_feature_axis = 1
 
+    # float64 input stays float64 until it is standardised (a feature of large offset and small spread, a
+    # timestamp, would lose its spread in float32 before centring); the network then takes float32
+    _input_dtypes = [np.float64, np.float32]
+
     def _validate_X(self, X, reset: bool):
-        X = validate_data(self, X, reset=reset, dtype=np.float32, ensure_min_samples=1, allow_nd=self._allow_nd)
+        X = validate_data(self, X, reset=reset, dtype=self._input_dtypes, ensure_min_samples=1,
+                          allow_nd=self._allow_nd)
         return self._standardize(self._shape_input(X, reset), reset)
 
     def _validate_fit_data(self, X, y, reset: bool, classes=None):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
-        X, y = validate_data(self, X, y, reset=reset, dtype=np.float32, multi_output=True,
+        X, y = validate_data(self, X, y, reset=reset, dtype=self._input_dtypes, multi_output=True,
                              y_numeric=False, ensure_min_samples=2, allow_nd=self._allow_nd)
         X = self._standardize(self._shape_input(X, reset), reset)
         return X, self._validate_targets(y, reset=reset, classes=classes)
@@ -234,16 +239,17 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             self.input_mean_ = self.input_scale_ = None
             if self.standardize_inputs:
                 others = tuple(i for i in range(X.ndim) if i != axis)
-                mean = X.mean(axis=others, dtype=np.float64)
+                self.input_mean_ = X.mean(axis=others, dtype=np.float64)
                 scale = X.std(axis=others, dtype=np.float64)
-                self.input_mean_ = mean.astype(np.float32)
-                self.input_scale_ = np.where(scale > 0, scale, 1.0).astype(np.float32)
+                self.input_scale_ = np.where(scale > 0, scale, 1.0)
         mean, scale = getattr(self, "input_mean_", None), getattr(self, "input_scale_", None)
         if mean is None:
-            return X
+            return X.astype(np.float32, copy=False)
         shape = [1] * X.ndim
         shape[axis] = -1
-        return (X - mean.reshape(shape)) / scale.reshape(shape)
+        out = X - mean.reshape(shape)  # float64: one temporary, divided in place
+        out /= scale.reshape(shape)
+        return out.astype(np.float32, copy=False)
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         """Bring validated input to the network's layout ``(n, *input_shape_)``, recording the per-sample shape
@@ -497,7 +503,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def __setstate__(self, state):
         # skorch maps CUDA tensors to the available device using `device`; give it a concrete device for "auto".
         wanted = state.get("device")
-        state.setdefault("standardize_inputs", False)  # pickled before the estimators standardised their inputs
+        if "standardize_inputs" not in state:  # pickled before the estimators standardised their inputs
+            state["standardize_inputs"] = False
+            if isinstance(state.get("fit_params_"), dict):  # a continued run refuses to switch it on
+                state["fit_params_"] = {**state["fit_params_"], "standardize_inputs": False}
+            if "trace_" in state:
+                state.setdefault("input_mean_", None)
+                state.setdefault("input_scale_", None)
         if wanted == "auto":
             state["device"] = str(resolve_device("auto"))
         super().__setstate__(state)

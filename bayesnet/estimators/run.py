@@ -582,9 +582,17 @@ def convergence_messages(net, state) -> list[str]:
             word = "hot" if ratio[k] > 1 else "cold"
             out.append(f"a chain ran {word}: its kinetic temperature averaged {means[k]:.3g} after burn-in against a "
                        f"target of {target:g} (more than {tolerance:.0%} off), so it does not sample the posterior at "
-                       f"its temperature. Standardise the inputs, or set a smaller step size "
-                       f"({net.sampler_.divergence_hint(state)}).")
+                       f"its temperature. {_step_advice(net, state)}.")
     return out
+
+
+def _step_advice(net, state) -> str:
+    """What to change after a hot or diverged chain: a smaller step, and the inputs' scale unless the estimator
+    standardises them already."""
+    step = f"set a smaller step size ({net.sampler_.divergence_hint(state)})"
+    if getattr(net, "input_mean_", None) is not None:
+        return step[0].upper() + step[1:]
+    return f"Standardise the inputs (standardize_inputs=True), or {step}"
 
 
 def user_stacklevel() -> int:
@@ -623,10 +631,7 @@ def warn_status(net) -> None:
         detail = "; ".join(f"chain {c} at step {d['step']} ({d['draws_kept']} draws kept, {d['draws_discarded']} "
                            f"discarded)" for c, d in sorted(diverged.items()))
         messages.append(f"{len(diverged)} of {net.n_chains} chains diverged and stopped taking draws: {detail}. "
-                        f"The other chains finished. Reduce the step size "
-                        f"({net.sampler_.divergence_hint(state)})"
-                        + ("." if getattr(net, "input_mean_", None) is not None else
-                           " or standardise the inputs (standardize_inputs=True)."))
+                        f"The other chains finished. {_step_advice(net, state)}.")
     report = getattr(state, "warmup_report", None) if state is not None else None
     if report is not None and not report.get("settled", True):
         messages.append(f"the warm-up ({report['n_steps']} steps, the burn-in) did not settle: "
