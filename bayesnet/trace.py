@@ -254,12 +254,26 @@ class Trace:
     def draws(self, per_slot: bool = False):
         """Stored draws in chronological order, slot after slot, shape (n_stored, D), on the CPU.
 
-        With ``per_slot=True`` a list of ``(n_i, D)`` tensors, one per slot.
+        With ``per_slot=True`` a list of ``(n_i, D)`` tensors, one per slot. A slot whose draws lie in order in
+        the ring (and the whole result, when one slot holds draws) comes back as a view of the buffer, without a
+        copy (prediction reads every draw at each call): read it, and copy before writing to it.
         """
         if self._buffer is None:
             return [torch.empty((0, 0))] * self.n_slots if per_slot else torch.empty((0, 0))
-        parts = [self._buffer[s, torch.as_tensor(self._order(s), dtype=torch.long)] for s in range(self.n_slots)]
-        return parts if per_slot else torch.cat(parts)
+        parts = [self._slot_draws(s) for s in range(self.n_slots)]
+        if per_slot:
+            return parts
+        held = [p for p in parts if len(p)]
+        return held[0] if len(held) == 1 else torch.cat(parts)  # one slot's draws: its view, not a copy
+
+    def _slot_draws(self, slot: int) -> Tensor:
+        """``slot``'s stored draws, oldest first: a view of the buffer when they lie in order (no wrap around
+        the ring), a gathered copy otherwise."""
+        n = int(self._stored[slot])
+        start = (int(self._next[slot]) - n) % self.n_draws
+        if start + n <= self.n_draws:
+            return self._buffer[slot, start: start + n]
+        return self._buffer[slot, torch.as_tensor(self._order(slot), dtype=torch.long)]
 
     @property
     def steps(self) -> np.ndarray:

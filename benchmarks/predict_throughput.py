@@ -80,7 +80,7 @@ def loop_predict(est, X):
     module = est.module_
     names = [n for n, p in module.named_parameters() if p.requires_grad]
     draws = est._draw_parameters()
-    Xt = torch.as_tensor(X, device=est.device_)
+    Xt = torch.as_tensor(est._validate_X(X, reset=False), device=est.device_)  # shaped and standardised
     total = None
     regression = not hasattr(est, "classes_")
     module.eval()

@@ -149,6 +149,25 @@ def test_trace_keeps_each_slot_apart():
         Trace.concatenate([trace, Trace(n_draws=4)])
 
 
+def test_draws_in_order_are_views_and_wrapped_ones_are_gathered_in_order():
+    """Prediction reads every draw at each call: a slot whose draws lie in order in the ring is handed out as a
+    view of the buffer (no copy); one that wrapped around is gathered oldest first. Both equal the draws."""
+    trace = Trace(n_draws=4, n_slots=2)
+    for step in range(1, 7):  # slot 0 stores all 6 (wraps: ring holds 3, 4, 5, 6); slot 1 only steps 1-3
+        flags = np.array([True, step <= 3])
+        trace.offer(step, [torch.tensor([[float(step)], [10.0 + step]])], None, flags)
+    first, second = trace.draws(per_slot=True)
+    assert first[:, 0].tolist() == [3.0, 4.0, 5.0, 6.0] and second[:, 0].tolist() == [11.0, 12.0, 13.0]
+    assert first.data_ptr() != trace._buffer.data_ptr()  # wrapped: a gathered copy
+    assert second.data_ptr() == trace._buffer[1].data_ptr()  # in order: a view of slot 1's ring
+    assert trace.draws()[:, 0].tolist() == [3.0, 4.0, 5.0, 6.0, 11.0, 12.0, 13.0]
+    one = Trace(n_draws=4)
+    for step in range(1, 9):  # exactly two turns of the ring: in order again, from position 0
+        one.offer(step, [torch.tensor([[float(step)]])], None, True)
+    assert one.draws()[:, 0].tolist() == [5.0, 6.0, 7.0, 8.0]
+    assert one.draws().data_ptr() == one._buffer.data_ptr()  # the only slot's view: no copy at all
+
+
 def test_a_trace_stores_the_same_draws_on_its_lockstep_path():
     """Offers with ``is_draw=True`` while every slot is active take a shortcut (one increment per step); it must
     store exactly what the per-slot path stores, through a retired slot and a change of thinning."""

@@ -51,7 +51,7 @@ class ResultsMixin:
             Before ``fit``.
         """
         check_is_fitted(self)
-        flat = self.trace_.as_array() if group_by_chain else self.trace_.draws().numpy()
+        flat = self.trace_.as_array() if group_by_chain else self.trace_.draws().numpy().copy()  # not a view
         import torch
 
         parts = self.trace_.unflatten(torch.as_tensor(flat))
