@@ -1,6 +1,5 @@
 """standardize_inputs: the estimators centre and scale each input feature as a StandardScaler in front would."""
 
-import json
 import pickle
 import warnings
 
@@ -12,6 +11,7 @@ from sklearn.preprocessing import StandardScaler
 
 import bayesnet
 from bayesnet import BayesianCNNClassifier, BayesianMLPClassifier, BayesianRNNRegressor
+from test_io import _tamper as _rewrite  # rewrites a saved model's JSON header
 
 SHORT = dict(n_draws=5, burn_in=40, thinning=2, random_state=0)
 
@@ -180,15 +180,3 @@ def test_a_model_file_with_a_scale_of_zero_is_refused(cancer, tmp_path):
     with pytest.raises(ValueError, match="not positive"):
         bayesnet.load(tmp_path / "m.bayesnet")
 
-
-def _rewrite(path, out, edit):
-    """Rewrite a saved model's JSON header through ``edit(spec)``."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
-    with safe_open(str(path), "pt") as f:
-        header = f.metadata()
-    spec = json.loads(header["spec"])
-    edit(spec)
-    header["spec"] = json.dumps(spec)
-    save_file(load_file(str(path)), str(out), metadata=header)
