@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_check.sh tests    # the CUDA tests
 #   bash benchmarks/gpu_check.sh fit      # the README's default fit (bundled breast cancer) on cuda and on the cpu
 #   bash benchmarks/gpu_check.sh peers    # one sghmc step of the 784-100-10 MLP: ours (eager, compiled, compiled
-#                                         # with CUDA graphs), the torch loop, posteriors and BlackJAX on the GPU
+#                                         # with CUDA graphs; the estimator's step eager and with CUDA graphs), the
+#                                         # torch loop, posteriors and BlackJAX on the GPU
 #   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
@@ -57,11 +58,11 @@ peers)
     # sampler steps against the torch loop, posteriors and BlackJAX (jax on the GPU when it sees one); one round,
     # each worker times 5 blocks of 100 steps after 20 warm-up steps
     common=(--device cuda --workloads mlp784 --samplers sghmc --rounds 1 --steps 100 --repeats 5 --warmup 20 --no-fit)
-    step peers 120 $PY benchmarks/peers.py "${common[@]}" --impls ours-kernel ours-compiled torch-loop posteriors \
-        blackjax --output "$OUT/peers.json"
+    step peers 150 $PY benchmarks/peers.py "${common[@]}" --impls ours-kernel ours-compiled ours-estimator torch-loop \
+        posteriors blackjax --output "$OUT/peers.json"
     grep -A12 "Seconds per sampler step" "$OUT/peers.log"
-    step peers_graphs 60 $PY benchmarks/peers.py "${common[@]}" --impls ours-compiled --compile-mode reduce-overhead \
-        --output "$OUT/peers_graphs.json"
+    step peers_graphs 90 $PY benchmarks/peers.py "${common[@]}" --impls ours-compiled ours-estimator \
+        --compile-mode reduce-overhead --output "$OUT/peers_graphs.json"
     grep -A6 "Seconds per sampler step" "$OUT/peers_graphs.log"
     ;;
 bench)

@@ -32,7 +32,8 @@ ours-compiled
     The same kernel with its frozen step compiled whole by ``torch.compile``
     (``bayesnet.samplers.compiled.CompiledTransition``; sgld, sghmc and sgnht),
     compiled in the first call, before the timed blocks. ``--compile-mode
-    reduce-overhead`` compiles it with CUDA graphs on a GPU.
+    reduce-overhead`` compiles it with CUDA graphs on a GPU (and ``ours-estimator``
+    then fits with ``compile=True`` in that mode).
 ours-estimator
     ``BayesianMLPClassifier(..., n_chains=C).fit(X, y)`` on the N rows. This
     is seconds per sampler step inside the fit: the median over epochs of
@@ -446,7 +447,9 @@ def ours_estimator_fn(sampler: str, hyper: dict, workload: Workload, n_chains: i
         hidden_layer_sizes=tuple(workload.sizes[1:-1]), sampler=sampler, batch_size=workload.batch,
         n_chains=n_chains, max_epochs=n_epochs, burn_in=steps - n_draws * thinning, n_draws=n_draws,
         thinning=thinning, prior_scale=PRIOR_SCALE, device=device, random_state=seed,
-        callbacks=[("epoch_clock", timer)], **{f"sampler__{k}": v for k, v in hyper.items()})
+        callbacks=[("epoch_clock", timer)], **{f"sampler__{k}": v for k, v in hyper.items()},
+        # --compile-mode: the frozen step compiled (after the burn-in) in that mode, as for ours-compiled
+        **({"compile": True, "compile__mode": COMPILE_MODE} if COMPILE_MODE else {}))
     t0 = clock()
     est.fit(X, y)
     total = clock() - t0
