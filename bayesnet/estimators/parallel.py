@@ -115,10 +115,11 @@ def fit_groups(net, X, y, classes) -> None:
         raise RuntimeError("every group of chains was lost: their worker processes died (killed, or out of "
                            "memory); lower n_jobs, or fit fewer chains per process.")
     kept = [done[i] for i in sorted(done)]
+    lost_now = {c for i in lost for c in _chains(shards[i])}
     lost_chains = sorted(set(getattr(net, "fit_status_", {}).get("lost_chains", []) if not fresh else [])
-                         | {c for i in lost for c in _chains(shards[i])})  # lost earlier stay lost
+                         | lost_now)  # lost earlier stay lost (and were reported when they were)
     errors = [(shard, err) for shard, err in kept if err is not None]
-    merge(net, [shard for shard, _ in kept], lost_chains=lost_chains,
+    merge(net, [shard for shard, _ in kept], lost_chains=lost_chains, lost_now=sorted(lost_now),
           faults=[f"{type(err).__name__} in chains {_chains(shard)}" for shard, err in errors
                   if not isinstance(err, DivergenceError)])
     from .run import user_stacklevel, warn_status
@@ -143,8 +144,9 @@ def _chains(shard) -> list[int]:
     return list(range(first, first + int(shard.n_chains)))
 
 
-def merge(net, shards, lost_chains=(), faults=()) -> None:
-    """Merge the groups' traces, statistics and reports into ``net``."""
+def merge(net, shards, lost_chains=(), faults=(), lost_now=None) -> None:
+    """Merge the groups' traces, statistics and reports into ``net``; warn about the chains lost in this call
+    (``lost_now``; all of ``lost_chains`` when not given)."""
     net.shards_ = list(shards)
     first = shards[0]
     for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
@@ -202,8 +204,9 @@ def merge(net, shards, lost_chains=(), faults=()) -> None:
         "steps_planned": max(s.get("steps_planned", 0) for s in statuses),
         "intra_op_threads": first.fit_status_.get("intra_op_threads"),
         "compiled": first.fit_status_.get("compiled")}
-    if lost_chains:
+    lost_now = list(lost_chains) if lost_now is None else list(lost_now)
+    if lost_now:
         from .run import user_stacklevel
-        warnings.warn(f"the worker process fitting chains {list(lost_chains)} died (killed, or out of memory): "
+        warnings.warn(f"the worker process fitting chains {lost_now} died (killed, or out of memory): "
                       "their draws are lost; the other chains' draws are kept.", ConvergenceWarning,
                       stacklevel=user_stacklevel())
