@@ -176,6 +176,16 @@ def batched_outputs(module: nn.Module, names: Sequence[str], parameters: Sequenc
     return torch.func.vmap(single, in_dims=(0, None))(list(parameters), X)
 
 
+def _data_potential(likelihood, n_data: int, outputs: Tensor, y: Tensor, lik_params) -> Tensor:
+    """``-(N/|B|) log p(y | outputs, phi) - log p(phi)`` of every member, from the network's outputs ``(S, |B|,
+    k)`` on a batch of ``|B|`` rows: the eager potential's and the compiled one's data term."""
+    u = -(n_data / y.shape[0]) * likelihood.log_likelihood_chains(outputs, y, lik_params)
+    log_prior_phi = likelihood.log_prior_chains(lik_params)
+    # a likelihood without parameters (categorical) has a prior of 0.0: no tensor operation (and no backward node)
+    # for it; a step is mostly per-operation overhead on small networks
+    return u if isinstance(log_prior_phi, float) and log_prior_phi == 0.0 else u - log_prior_phi
+
+
 class ChainPosterior:
     r"""The potential of :class:`Posterior` for ``S`` packed position sets (chains, replicas, walkers).
 
@@ -269,13 +279,8 @@ class ChainPosterior:
 
     def _data_term(self, X: Tensor, y: Tensor) -> Tensor:
         """``-(N/|S|) log p(y|x, theta_s, phi_s) - log p(phi_s)`` of every member through the batched forms."""
-        lik_params = self.parameters[len(self.net_names):]
-        log_lik = self.likelihood.log_likelihood_chains(self.outputs(X), y, lik_params)
-        u = -(self.n_data / y.shape[0]) * log_lik
-        log_prior_phi = self.likelihood.log_prior_chains(lik_params)
-        # a likelihood without parameters (categorical) has a prior of 0.0: no tensor operation (and no backward
-        # node) for it; a step is mostly per-operation overhead on small networks
-        return u if isinstance(log_prior_phi, float) and log_prior_phi == 0.0 else u - log_prior_phi
+        return _data_potential(self.likelihood, self.n_data, self.outputs(X), y,
+                               self.parameters[len(self.net_names):])
 
     def value(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """The ``S`` mini-batch potentials, shape ``(S,)`` (differentiable)."""
@@ -329,8 +334,7 @@ class ChainPosterior:
 
         def potentials(parameters, X, y, factors, offset):
             net, lik = parameters[: len(names)], parameters[len(names):]
-            out = batched_outputs(module, names, net, X)
-            u = -(n_data / y.shape[0]) * likelihood.log_likelihood_chains(out, y, lik) - likelihood.log_prior_chains(lik)
+            u = _data_potential(likelihood, n_data, batched_outputs(module, names, net, X), y, lik)
             # a factor per member (S,) or per member and input column (broadcast against the tensor)
             quad = sum(f * (p * p).reshape(p.shape[0], -1).sum(1) if f.ndim <= 1 else (f * p * p).reshape(
                 p.shape[0], -1).sum(1) for f, p in zip(factors, net))
