@@ -149,6 +149,24 @@ def test_a_non_finite_gradient_in_a_window_keeps_that_coordinates_previous_mass(
     assert inverse_mass[0, 0].item() == pytest.approx(1.0, rel=1e-5)  # 1 / M for curvature 1
     assert inverse_mass[0, 1].item() == 0.25 and inverse_mass[0, 2].item() == 0.25
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_coordinate_far_from_zero_keeps_its_variance(dtype):
+    """A coordinate at 1000 with a spread of 0.01 (a bias the data pin down): plain float32 sums of theta^2
+    (about 4e7 over a window) cannot hold a variance of 1e-4, and its mass came out of rounding. The moments are
+    sums about the window's first values, so the mass is the curvature, sd(g) / sd(theta), here 1 and 400."""
+    from bayesnet.samplers.warmup import WarmUp
+
+    layout = ChainLayout(1, 1)
+    warm = WarmUp(n_steps=100, ends=[100], adapt_mass=True, adapt_step=False)
+    rng = np.random.default_rng(0)
+    centre, curvature = torch.tensor([0.0, 1000.0], dtype=dtype), torch.tensor([1.0, 400.0], dtype=dtype)
+    for _ in range(40):
+        theta = centre + torch.tensor(rng.normal(size=(1, 2)), dtype=dtype) * torch.tensor([1.0, 0.01], dtype=dtype)
+        warm.record([(theta - centre) * curvature], [theta])
+    inverse_mass = mass_from_moments(warm.moments, warm.count, layout, False, dtype)
+    np.testing.assert_allclose(1.0 / inverse_mass[0].double().numpy(), [1.0, 400.0], rtol=1e-3)
+
+
 # ---------------------------------------------------------------------- #
 # statistics: warmed-up kernels sample the target
 # ---------------------------------------------------------------------- #

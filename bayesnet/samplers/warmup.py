@@ -156,7 +156,12 @@ class WarmUp:
     layerwise : bool
         One mass per parameter tensor (the mean of its moments) instead of one per coordinate.
     moments : list of Tensor or None
-        The current window's sums of squared gradients, per member and coordinate.
+        The current window's sums of ``g``, ``g^2``, ``theta``, ``theta^2`` (float32), each taken about
+        ``origin``, per member and coordinate.
+    origin : list of Tensor or None
+        The window's first gradient and position (their own dtype): the moments are sums of the differences
+        from them, so that a coordinate whose mean is far from zero against its spread keeps its variance
+        (plain float32 sums of ``theta^2`` lose it once ``|mean| / sd`` is in the hundreds).
     count : int
         Gradients summed into ``moments``.
     history : list of Tensor
@@ -172,6 +177,7 @@ class WarmUp:
     moments: list[Tensor] | None = None
     count: int = 0
     history: list[Tensor] = field(default_factory=list)
+    origin: list[Tensor] | None = None
     curvature: Tensor | None = None
     noise_fraction: Tensor | None = None
 
@@ -215,8 +221,13 @@ class WarmUp:
             self.recorded_step = step
         with torch.no_grad():  # (no graph here: no detach; the squares as one foreach launch per list; no
             # per-tensor cleaning of non-finite values: a small network's warm-up step is mostly launches)
-            g = [x if x.dtype == torch.float32 else x.float() for x in grads]
-            t = [x if x.dtype == torch.float32 else x.float() for x in position]
+            values = [*grads, *position]
+            if self.moments is None:  # a window's first record: its values are the origin of the sums
+                self.origin = [x.clone() for x in values]
+            shifted = torch._foreach_sub(values, self.origin)  # in the values' dtype, then float32
+            k = len(grads)
+            g = [x if x.dtype == torch.float32 else x.float() for x in shifted[:k]]
+            t = [x if x.dtype == torch.float32 else x.float() for x in shifted[k:]]
             parts = [*g, *torch._foreach_mul(g, g), *t, *torch._foreach_mul(t, t)]
             if self.moments is None:
                 self.moments = [x.clone() for x in parts]
