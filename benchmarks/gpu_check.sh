@@ -9,7 +9,9 @@
 #   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
-# Each step has its own time limit, and a step that fails or runs out of time does not stop the next one.
+# Run it from the repository's root. Each step has its own time limit (each phase's fit in one 10-minute device
+# call; all four need two), and a step that fails or runs out of time does not stop the next one; the script
+# exits 1 naming them. The tests phase uses pytest-xdist (in the GPU image; not among the wheels).
 # Logs go to $OUT (or ./gpu-logs when OUT is unset). Packages the machine lacks (skorch; posteriors and
 # BlackJAX for the peers; mnist1d) are installed from wheels in .whl/ when that folder exists, into /tmp/site.
 # The figures of the last run are in benchmarks/README.md, "On a GPU".
@@ -23,16 +25,25 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
         && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 
+failed=()
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, report how it ended
     local name=$1 limit=$2
     shift 2
     local t0=$SECONDS
     echo "=== $name (limit ${limit}s): $*"
-    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
     echo "=== $name: rc=$rc after $((SECONDS - t0))s"
-    return 0
+    [ "$rc" -eq 0 ] || failed+=("$name")
+    return 0  # the next step runs anyway; the script's status says what failed
 }
+
+for phase in "${@:-tests}"; do
+    case "$phase" in tests|fit|peers|bench) ;; *)
+        echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench ...] (from the repository's root)" >&2
+        exit 2 ;;
+    esac
+done
 
 nvidia-smi -L 2>&1 | head -2
 $PY -c "import torch, sklearn, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
@@ -74,9 +85,9 @@ bench)
     step predict 45 $PY benchmarks/predict_throughput.py --device cuda --repeats 3
     tail -15 "$OUT/predict.log"
     ;;
-*)
-    echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench ...]" >&2
-    exit 2
-    ;;
 esac
 done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "failed or timed out: ${failed[*]}"
+    exit 1
+fi

@@ -385,6 +385,53 @@ def test_tacthmc_stops_once_it_has_its_draws(cancer):
     assert clf.score(Xte, yte) > 0.9
 
 
+def test_an_auto_device_fit_stays_where_it_was_fitted(cancer, monkeypatch):
+    """device="auto" fitted on a CPU and unpickled on a machine with a GPU (simulated: skorch would map the chains'
+    tensors there, away from their random streams and device_): it stays on the CPU and continues there. A
+    GPU-fitted one unpickled without a GPU comes to the CPU (the random streams' own test below)."""
+    Xtr, Xte, ytr, yte = cancer
+    est = BayesianMLPClassifier(**{**FAST, "n_draws": 5, "burn_in": 50}, device="auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    est.fit(Xtr, ytr)
+    blob = pickle.dumps(est)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, as far as unpickling can tell
+    again = pickle.loads(blob)
+    assert again.device == "auto" and again.device_.type == "cpu"
+    assert again.sampler_state_.position[0].device.type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    np.testing.assert_array_equal(again.predict_proba(Xte), est.predict_proba(Xte))
+    again.partial_fit(Xtr, ytr)
+    est.partial_fit(Xtr, ytr)
+    np.testing.assert_array_equal(again.trace_.as_array(), est.trace_.as_array())  # the same chain, continued
+
+
+def test_gpu_random_streams_unpickled_without_a_gpu_continue_on_the_cpu(monkeypatch):
+    """A ChainRandom pickled on a GPU (simulated: its state names cuda) unpickles without one as fresh CPU
+    streams from the same seeds, which draw."""
+    from bayesnet.samplers import ChainRandom
+
+    rng = ChainRandom(7, n_chains=2)
+    state = rng.__getstate__()
+    state["device"] = "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    back = ChainRandom.__new__(ChainRandom)
+    back.__setstate__(state)
+    assert back.device.type == "cpu" and back.seed == 7 and len(back.generators) == 2
+    noise = back.normal(3)
+    assert noise.shape == (2, 3) and torch.isfinite(noise).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_unpickled_chains_continue_exactly(cancer):
+    """The generator states restored on the GPU are the chains' own: an unpickled fit continues as the original."""
+    Xtr, Xte, ytr, yte = cancer
+    est = BayesianMLPClassifier(**{**FAST, "n_draws": 5, "burn_in": 50}, device="cuda").fit(Xtr, ytr)
+    again = pickle.loads(pickle.dumps(est))
+    est.partial_fit(Xtr, ytr)
+    again.partial_fit(Xtr, ytr)
+    np.testing.assert_array_equal(again.trace_.as_array(), est.trace_.as_array())
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("sampler", ["sgld", "sghmc", "sgnht", "baoab", "hmc", "tacthmc"])
 def test_cuda_fit_predict_and_cpu_reload(cancer, sampler):

@@ -479,7 +479,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         return self.trace_.unflatten(self.trace_.draws())
 
     def _predictive(self) -> PosteriorPredictive:
-        params = self._draw_parameters()
+        check_is_fitted(self)
+        # the draws (a view of the trace where they lie in order) to the device in one transfer, split there
+        params = self.trace_.unflatten(self.trace_.draws().to(self.device_, non_blocking=True))
         names = [name for name, p in self.module_.named_parameters() if p.requires_grad]
         return PosteriorPredictive(self.module_, names, params[: len(names)], self.device_)
 
@@ -511,7 +513,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 state.setdefault("input_mean_", None)
                 state.setdefault("input_scale_", None)
         if wanted == "auto":
-            state["device"] = str(resolve_device("auto"))
+            # a fitted model stays where it was fitted (its chains' random streams were made there): a CPU fit
+            # unpickled on a GPU machine is not moved to the GPU; a GPU fit without a GPU comes to the CPU
+            fitted = state.get("device_")
+            if isinstance(fitted, torch.device) and (fitted.type != "cuda" or torch.cuda.is_available()):
+                state["device"] = str(fitted)
+            else:
+                state["device"] = str(resolve_device("auto"))
         super().__setstate__(state)
         if wanted == "auto":
             self.device = wanted

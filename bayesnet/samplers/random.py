@@ -159,8 +159,9 @@ class ChainRandom:
         pools = state.pop("_pools")
         self.__dict__.update(state)
         if device.type == "cuda" and not torch.cuda.is_available():
-            # fitted on a GPU, loaded without one: continue on the CPU with fresh streams from the same seeds
-            # (a continued chain is then not bit-for-bit the one it would have been on the GPU)
+            # fitted on a GPU, loaded without one: fresh CPU streams from the same seeds, for a chain continued
+            # on the CPU (not bit for bit the one it would have been on the GPU; the estimators refuse to
+            # continue a device="cuda" fit on the CPU, and a device="auto" one continues there)
             self.device = torch.device("cpu")
             self.generators = [torch.Generator().manual_seed(s ^ 0x5DEECE66D) for s in self._seeds]
             self._pools = {}

@@ -224,6 +224,8 @@ class WarmUp:
             values = [*grads, *position]
             if self.moments is None:  # a window's first record: its values are the origin of the sums
                 self.origin = [x.clone() for x in values]
+            elif self.origin is None:  # a state pickled mid-window before the origin existed: plain sums
+                self.origin = [torch.zeros_like(x) for x in values]
             shifted = torch._foreach_sub(values, self.origin)  # in the values' dtype, then float32
             k = len(grads)
             g = [x if x.dtype == torch.float32 else x.float() for x in shifted[:k]]
