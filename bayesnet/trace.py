@@ -255,8 +255,9 @@ class Trace:
         """Stored draws in chronological order, slot after slot, shape (n_stored, D), on the CPU.
 
         With ``per_slot=True`` a list of ``(n_i, D)`` tensors, one per slot. A slot whose draws lie in order in
-        the ring (and the whole result, when one slot holds draws) comes back as a view of the buffer, without a
-        copy (prediction reads every draw at each call): read it, and copy before writing to it.
+        the ring (and the whole result, when one slot holds draws or every slot's ring is full and in order)
+        comes back as a view of the buffer, without a copy (prediction reads every draw at each call): read it,
+        and copy before writing to it.
         """
         if self._buffer is None:
             return [torch.empty((0, 0))] * self.n_slots if per_slot else torch.empty((0, 0))
@@ -264,7 +265,11 @@ class Trace:
         if per_slot:
             return parts
         held = [p for p in parts if len(p)]
-        return held[0] if len(held) == 1 else torch.cat(parts)  # one slot's draws: its view, not a copy
+        if len(held) == 1:
+            return held[0]  # one slot's draws: its view, not a copy
+        if all(len(p) == self.n_draws and p.data_ptr() == self._buffer[s].data_ptr() for s, p in enumerate(parts)):
+            return self._buffer.reshape(-1, self._buffer.shape[2])  # every ring full and in order: one view
+        return torch.cat(parts)
 
     def _slot_draws(self, slot: int) -> Tensor:
         """``slot``'s stored draws, oldest first: a view of the buffer when they lie in order (no wrap around

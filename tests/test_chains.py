@@ -166,6 +166,13 @@ def test_draws_in_order_are_views_and_wrapped_ones_are_gathered_in_order():
         one.offer(step, [torch.tensor([[float(step)]])], None, True)
     assert one.draws()[:, 0].tolist() == [5.0, 6.0, 7.0, 8.0]
     assert one.draws().data_ptr() == one._buffer.data_ptr()  # the only slot's view: no copy at all
+    full = Trace(n_draws=3, n_slots=2)
+    for step in range(1, 7):  # both rings full, each in order from position 0: the whole buffer as one view
+        full.offer(step, [torch.tensor([[float(step)], [10.0 + step]])], None, True)
+    assert full.draws()[:, 0].tolist() == [4.0, 5.0, 6.0, 14.0, 15.0, 16.0]
+    assert full.draws().data_ptr() == full._buffer.data_ptr()
+    full.offer(7, [torch.tensor([[7.0], [17.0]])], None, True)  # wrapped again: gathered, in order
+    assert full.draws()[:, 0].tolist() == [5.0, 6.0, 7.0, 15.0, 16.0, 17.0]
 
 
 def test_a_trace_stores_the_same_draws_on_its_lockstep_path():
