@@ -267,8 +267,8 @@ class Trace:
         held = [p for p in parts if len(p)]
         if len(held) == 1:
             return held[0]  # one slot's draws: its view, not a copy
-        if all(len(p) == self.n_draws and p.data_ptr() == self._buffer[s].data_ptr() for s, p in enumerate(parts)):
-            return self._buffer.reshape(-1, self._buffer.shape[2])  # every ring full and in order: one view
+        if (self._stored == self.n_draws).all() and (self._next == 0).all():  # every ring full and in order
+            return self._buffer.reshape(-1, self._buffer.shape[2])  # one view
         return torch.cat(parts)
 
     def _slot_draws(self, slot: int) -> Tensor:

@@ -474,14 +474,16 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                       "chain); n_draws_ will be removed.", FutureWarning, stacklevel=2)
         return len(self.trace_)
 
-    def _draw_parameters(self) -> list[torch.Tensor]:
+    def _draw_parameters(self, device=None) -> list[torch.Tensor]:
+        """The draws shaped like the parameters, ``(n_draws_kept_, *shape)`` each; with ``device``, moved there
+        in one transfer of the flat draws (a view of the trace where they lie in order) and split there."""
         check_is_fitted(self)
-        return self.trace_.unflatten(self.trace_.draws())
+        draws = self.trace_.draws()
+        return self.trace_.unflatten(draws if device is None else draws.to(device, non_blocking=True))
 
     def _predictive(self) -> PosteriorPredictive:
-        check_is_fitted(self)
-        # the draws (a view of the trace where they lie in order) to the device in one transfer, split there
-        params = self.trace_.unflatten(self.trace_.draws().to(self.device_, non_blocking=True))
+        check_is_fitted(self)  # (before device_, which an unfitted estimator does not have)
+        params = self._draw_parameters(self.device_)
         names = [name for name, p in self.module_.named_parameters() if p.requires_grad]
         return PosteriorPredictive(self.module_, names, params[: len(names)], self.device_)
 

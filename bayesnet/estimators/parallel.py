@@ -144,9 +144,9 @@ def _chains(shard) -> list[int]:
     return list(range(first, first + int(shard.n_chains)))
 
 
-def merge(net, shards, lost_chains=(), faults=(), lost_now=None) -> None:
+def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
     """Merge the groups' traces, statistics and reports into ``net``; warn about the chains lost in this call
-    (``lost_now``; all of ``lost_chains`` when not given)."""
+    (``lost_now``; ``lost_chains`` holds those lost in earlier calls too)."""
     net.shards_ = list(shards)
     first = shards[0]
     for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
@@ -204,9 +204,8 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=None) -> None:
         "steps_planned": max(s.get("steps_planned", 0) for s in statuses),
         "intra_op_threads": first.fit_status_.get("intra_op_threads"),
         "compiled": first.fit_status_.get("compiled")}
-    lost_now = list(lost_chains) if lost_now is None else list(lost_now)
     if lost_now:
         from .run import user_stacklevel
-        warnings.warn(f"the worker process fitting chains {lost_now} died (killed, or out of memory): "
+        warnings.warn(f"the worker process fitting chains {list(lost_now)} died (killed, or out of memory): "
                       "their draws are lost; the other chains' draws are kept.", ConvergenceWarning,
                       stacklevel=user_stacklevel())

@@ -589,10 +589,10 @@ def convergence_messages(net, state) -> list[str]:
 def _step_advice(net, state) -> str:
     """What to change after a hot or diverged chain: a smaller step, and the inputs' scale unless the estimator
     standardises them already."""
-    step = f"set a smaller step size ({net.sampler_.divergence_hint(state)})"
+    hint = net.sampler_.divergence_hint(state)
     if getattr(net, "input_mean_", None) is not None:
-        return step[0].upper() + step[1:]
-    return f"Standardise the inputs (standardize_inputs=True), or {step}"
+        return f"Set a smaller step size ({hint})"
+    return f"Standardise the inputs (standardize_inputs=True), or set a smaller step size ({hint})"
 
 
 def user_stacklevel() -> int:
