@@ -172,6 +172,7 @@ OPTION_CASES = [
     (["--test-size", "1.5"], "argument --test-size: must be strictly between 0 and 1"),
     (["--n-draws", "0"], "argument --n-draws: must be an integer >= 1, got 0"),
     (["--burn-in", "-1"], "argument --burn-in: must be an integer >= 0, got -1"),
+    (["--burn-in", "soon"], "argument --burn-in: expected a non-negative integer or auto, got 'soon'"),
     (["--thinning", "0"], "argument --thinning: expected a positive integer or auto"),
     (["--batch-size", "0"], "argument --batch-size: expected a positive integer or auto, full"),
     (["--hidden", "0"], "argument --hidden: must be an integer >= 1, got 0"),

@@ -47,7 +47,7 @@ def test_a_healthy_fit_raises_no_warning(iris):
 def test_a_burn_in_too_short_warns_and_names_burn_in(iris):
     est, messages = _fit(iris, sampler="hmc", n_chains=2, burn_in=20, n_draws=20, thinning=1)
     settle = [m for m in messages if "did not settle" in m]
-    assert settle and "Increase burn_in (now 20)" in settle[0]
+    assert settle and "Increase burn_in (now 20 steps)" in settle[0]
     assert not est.sampler_state_.warmup_report["settled"]
 
 

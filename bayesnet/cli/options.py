@@ -9,7 +9,7 @@ import re
 
 
 
-_AT_DEFAULTS = dict(hidden=(100,), prior_scale="auto", step_size="auto", n_draws=100, burn_in=1000, thinning="auto",
+_AT_DEFAULTS = dict(hidden=(100,), prior_scale="auto", step_size="auto", n_draws=100, burn_in="auto", thinning="auto",
                    batch_size="auto")
 DEFAULTS = {
     # the estimators' own defaults on every dataset: the warm-up sets the step size and mass, the prior is "auto"
@@ -88,9 +88,6 @@ def _integer(text: str, low: int | None = None, high: int | None = None) -> int:
 def _positive_int(text: str) -> int:
     return _integer(text, 1)
 
-def _non_negative_int(text: str) -> int:
-    return _integer(text, 0)
-
 def _seed(text: str) -> int:
     return _integer(text, 0, 2**32 - 1)
 
@@ -100,6 +97,15 @@ def _n_jobs(text: str) -> int:
         raise argparse.ArgumentTypeError("must be a positive number of workers, or negative to count back from "
                                          "the number of CPUs (-1: all), not 0")
     return value
+
+def _burn_in(text: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer or auto, got {text!r}") from None
+    return _integer(text, 0)  # (its own message for a negative number)
 
 def _thinning(text: str) -> int | str:
     return "auto" if text == "auto" else _word_or_count(text, "auto")
@@ -227,8 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "eqn) (default: the sampler's: 0.05 for sghmc, 1 for baoab and eqn)")
     sampling.add_argument("--n-draws", type=_positive_int, metavar="N",
                           help=f"posterior draws kept per chain (default: {_per_dataset('n_draws')})")
-    sampling.add_argument("--burn-in", type=_non_negative_int, metavar="STEPS",
-                          help=f"sampler steps discarded first (default: {_per_dataset('burn_in')})")
+    sampling.add_argument("--burn-in", type=_burn_in, metavar="STEPS",
+                          help="sampler steps discarded first, or auto: 100 passes over the training data, at least "
+                               f"1000 and at most 20000 steps (default: {_per_dataset('burn_in')})")
     sampling.add_argument("--thinning", type=_thinning, metavar="K",
                           help="keep every K-th step after burn-in, or auto: the sampler's own (10; 1 for tacthmc) "
                                f"(default: {_per_dataset('thinning')})")

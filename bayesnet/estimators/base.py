@@ -69,7 +69,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         "n_draws": [Interval(Integral, 1, None, closed="left")],
         "n_chains": [Interval(Integral, 1, None, closed="left")],
         "n_jobs": [Integral, None],
-        "burn_in": [Interval(Integral, 0, None, closed="left")],
+        "burn_in": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "thinning": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "prior_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto", "fan_in", "hierarchical"}),
                         object],
@@ -81,7 +81,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         "standardize_inputs": ["boolean"],
     }
 
-    def __init__(self, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1, n_jobs=None,
+    def __init__(self, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in="auto", thinning="auto", n_chains=1, n_jobs=None,
                  prior_scale="auto", standardize_inputs=True, batch_size="auto", max_epochs=None, device="cpu", random_state=None, verbose=0,
                  callbacks=None, warm_start=False, **kwargs):
         kwargs.setdefault("module", None)
@@ -135,7 +135,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         if self.batch_size == -1:
             params.pop("batch_size")
         validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
-        run.make_plan(self, 1)  # the sampler's own hyperparameters (unknown names, ranges)
+        # the sampler's own hyperparameters (unknown names, ranges); "auto" is resolved with the data, in fit
+        run.make_plan(self, 1, burn_in=run.AUTO_BURN_IN_MAX if self.burn_in == "auto" else None)
 
     def _validate_params(self):
         """skorch's check of unknown arguments, with a hint when one is a sampler hyperparameter given without

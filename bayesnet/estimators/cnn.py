@@ -87,7 +87,7 @@ class BayesianCNNClassifier(BayesianClassifierMixin, _CNNNet):
                             "classifier", _ARCH_DOC)
 
     def __init__(self, channels=(16, 16), kernel_size=3, dense_layer_sizes=(100,), pool_size=2, activation="relu",
-                 input_shape=None, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1,
+                 input_shape=None, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in="auto", thinning="auto", n_chains=1,
                  n_jobs=None, prior_scale="auto", standardize_inputs=True, batch_size="auto", max_epochs=None, device="cpu", random_state=None,
                  verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
@@ -106,7 +106,7 @@ class BayesianCNNRegressor(BayesianRegressorMixin, _CNNNet):
                             "regressor", _ARCH_DOC)
 
     def __init__(self, channels=(16, 16), kernel_size=3, dense_layer_sizes=(100,), pool_size=2, activation="relu",
-                 input_shape=None, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in=1000, thinning="auto", n_chains=1,
+                 input_shape=None, *, sampler=DEFAULT_SAMPLER, n_draws=100, burn_in="auto", thinning="auto", n_chains=1,
                  n_jobs=None, prior_scale="auto", standardize_inputs=True, noise_shape=1.0, noise_scale=0.1, batch_size="auto", max_epochs=None,
                  device="cpu", random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,

@@ -31,7 +31,7 @@ class BayesianMLPClassifier(BayesianClassifierMixin, _MLPNet):
                             "classifier", _ARCH_DOC)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler=DEFAULT_SAMPLER, n_draws=100,
-                 burn_in=1000, thinning="auto", n_chains=1, n_jobs=None, prior_scale="auto", standardize_inputs=True, batch_size="auto",
+                 burn_in="auto", thinning="auto", n_chains=1, n_jobs=None, prior_scale="auto", standardize_inputs=True, batch_size="auto",
                  max_epochs=None, device="cpu",
                  random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
@@ -47,7 +47,7 @@ class BayesianMLPRegressor(BayesianRegressorMixin, _MLPNet):
                             "regressor", _ARCH_DOC)
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, sampler=DEFAULT_SAMPLER, n_draws=100,
-                 burn_in=1000, thinning="auto", n_chains=1, n_jobs=None, prior_scale="auto", standardize_inputs=True, noise_shape=1.0,
+                 burn_in="auto", thinning="auto", n_chains=1, n_jobs=None, prior_scale="auto", standardize_inputs=True, noise_shape=1.0,
                  noise_scale=0.1, batch_size="auto",
                  max_epochs=None, device="cpu", random_state=None, verbose=0, **kwargs):
         super().__init__(sampler=sampler, n_draws=n_draws, burn_in=burn_in, thinning=thinning, n_chains=n_chains,
