@@ -4,6 +4,7 @@ import pickle
 import warnings
 
 import numpy as np
+import torch
 import pytest
 from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.exceptions import ConvergenceWarning
@@ -180,3 +181,23 @@ def test_a_model_file_with_a_scale_of_zero_is_refused(cancer, tmp_path):
     with pytest.raises(ValueError, match="not positive"):
         bayesnet.load(tmp_path / "m.bayesnet")
 
+
+
+def test_skorch_forward_takes_raw_inputs_as_the_estimators_methods_do(cancer):
+    """skorch's ``forward`` (through ``forward_iter``) validates and standardises ``X`` as ``predict`` does and
+    gives ``module_``'s outputs (the first chain's current position); before, it fed raw float64 rows to the
+    float32 network (an error) and would have skipped the map."""
+    from sklearn.exceptions import NotFittedError
+
+    X, y, Xnew = cancer
+    est = BayesianMLPClassifier((8,), **SHORT, batch_size=64)
+    with pytest.raises(NotFittedError):
+        est.forward(Xnew)
+    est.fit(X, y)
+    out = est.forward(Xnew)
+    assert out.shape == (len(Xnew), 2) and out.dtype == torch.float32 and not out.requires_grad
+    with torch.no_grad():
+        expected = est.module_(torch.as_tensor(est._validate_X(Xnew, reset=False)))
+    torch.testing.assert_close(out, expected)
+    with pytest.raises(ValueError, match="features"):
+        est.forward(Xnew[:, :5])

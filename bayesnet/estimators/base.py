@@ -482,6 +482,27 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         draws = self.trace_.draws()
         return self.trace_.unflatten(draws if device is None else draws.to(device, non_blocking=True))
 
+    def forward_iter(self, X, training=False, device="cpu"):
+        """skorch's ``forward_iter`` (and so ``forward``) on ``X`` as the estimator's own methods take it:
+        validated, reshaped and standardised as for ``predict``, then ``module_``'s outputs batch by batch, moved
+        to ``device``. ``module_`` holds the first chain's current position, one network: the posterior's
+        predictions are :meth:`predict_draws`, ``predict_proba`` and ``predict``.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before ``fit``.
+        ValueError
+            For input the estimator's methods refuse (shape, NaN).
+        """
+        check_is_fitted(self)
+        X = torch.as_tensor(self._validate_X(X, reset=False))
+        batch_size = run.resolve_batch_size(self.batch_size, len(X), False)
+        self.module_.train(training)
+        with torch.set_grad_enabled(training):
+            for xb in X.split(batch_size):
+                yield self.module_(xb.to(self.device_)).to(device)
+
     def _predictive(self) -> PosteriorPredictive:
         check_is_fitted(self)  # (before device_, which an unfitted estimator does not have)
         params = self._draw_parameters(self.device_)
