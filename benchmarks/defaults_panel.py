@@ -21,8 +21,9 @@ deep ensemble (5)
     1e-3, no weight decay, mini-batches of 128 rows; gradient norm clipped
     at 1 for the recurrent nets) for at most ``--baseline-steps`` gradient
     steps: 2000 by default, the number of sampler steps a default bayesnet
-    fit took when this panel was written (``burn_in=1000`` plus
-    ``n_draws=100`` x ``thinning=10``), with early stopping as a user would
+    fit took when this panel was written (``burn_in=1000``, then a fixed
+    default, plus ``n_draws=100`` x ``thinning=10``; ``burn_in="auto"`` now
+    gives 1000 to 20,000 steps, 6,400 on MNIST-1D), with early stopping as a user would
     train them: 10 % of the training rows held out, the validation loss
     checked every epoch (at least every 20 steps), the best weights kept,
     stop after 10 checks without improvement. (Without it, 2000 steps on

@@ -570,13 +570,13 @@ def test_a_fit_imports_no_compiler_machinery():
 
 
 # ---------------------------------------------------------------------- #
-# burn_in="auto": 100 passes over the data, within [1000, 20000] steps
+# burn_in="auto": 200 passes over the data, within [1000, 20000] steps
 # ---------------------------------------------------------------------- #
 @pytest.mark.parametrize("n_data, batch_size, expected", [
-    (100, 128, 1000), (1280, 128, 1000), (1281, 128, 1100), (4000, 128, 3200), (25_600, 128, 20_000),
-    (1_000_000, 128, 20_000), (4000, 4000, 1000), (500, 10, 5000),
+    (100, 128, 1000), (640, 128, 1000), (641, 128, 1200), (4000, 128, 6400), (12_800, 128, 20_000),
+    (1_000_000, 128, 20_000), (4000, 4000, 1000), (500, 10, 10_000),
 ])
-def test_auto_burn_in_is_a_hundred_epochs_within_bounds(n_data, batch_size, expected):
+def test_auto_burn_in_is_two_hundred_epochs_within_bounds(n_data, batch_size, expected):
     from bayesnet.estimators.run import resolve_burn_in
 
     assert resolve_burn_in("auto", n_data, batch_size) == expected
@@ -584,14 +584,14 @@ def test_auto_burn_in_is_a_hundred_epochs_within_bounds(n_data, batch_size, expe
 
 
 def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():
-    """The default on 1,400 rows of 64-row batches (22 per epoch): 2,200 discarded steps, the warm-up as long
+    """The default on 700 rows of 64-row batches (11 per epoch): 2,200 discarded steps, the warm-up as long
     (its report), then n_draws * thinning steps of draws (rounded up to whole epochs); burn_in=300 is taken as
     given."""
     from bayesnet.estimators.run import burn_in_words
 
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(1400, 3))
-    y = (X[:, 0] + 0.5 * rng.normal(size=1400) > 0).astype(int)
+    X = rng.normal(size=(700, 3))
+    y = (X[:, 0] + 0.5 * rng.normal(size=700) > 0).astype(int)
     kw = dict(hidden_layer_sizes=(4,), n_draws=10, thinning=2, batch_size=64, random_state=0)
     est = BayesianMLPClassifier(**kw)
     assert est.get_params()["burn_in"] == "auto"
@@ -601,11 +601,11 @@ def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():
         assert est.burn_in == "auto"  # stored untouched
         assert est.trace_.burn_in == est.plan_.burn_in == 2200
         assert est.sampler_state_.warmup_report["n_steps"] == 2200
-        assert est.fit_status_["steps_taken"] == 22 * math.ceil((2200 + 10 * 2) / 22)
+        assert est.fit_status_["steps_taken"] == 11 * math.ceil((2200 + 10 * 2) / 11)
         assert (est.trace_.steps > 2200).all()
         assert burn_in_words(est) == "2200 steps, from 'auto'"  # what the warnings that name burn_in say
         est = BayesianMLPClassifier(**kw, burn_in=300).fit(X, y)
-    assert est.trace_.burn_in == 300 and est.fit_status_["steps_taken"] == 22 * math.ceil(320 / 22)
+    assert est.trace_.burn_in == 300 and est.fit_status_["steps_taken"] == 11 * math.ceil(320 / 11)
     assert burn_in_words(est) == "300 steps"
 
 
@@ -616,21 +616,21 @@ def test_auto_burn_in_bad_values_and_messages(cancer):
     with pytest.raises(InvalidParameterError, match="burn_in"):
         BayesianMLPClassifier(**{**FAST, "burn_in": "soon"}).fit(Xtr, ytr)
     # a warm-up longer than the resolved burn-in is refused, naming where the number came from; before the data
-    # are seen, no "auto" is refused (4,000 rows would give 3,200 steps)
+    # are seen, no "auto" is refused (4,000 rows would give 6,400 steps)
     BayesianMLPClassifier(burn_in="auto", sampler__adaptation_steps=3000)._validate_hyperparameters()
-    with pytest.raises(ValueError, match=r"longer than burn_in=1000 \(from 'auto'\)"):
-        BayesianMLPClassifier(**{**FAST, "burn_in": "auto"}, sampler__adaptation_steps=1200).fit(Xtr, ytr)
+    with pytest.raises(ValueError, match=r"longer than burn_in=1400 \(from 'auto'\)"):  # 7 batches of 64
+        BayesianMLPClassifier(**{**FAST, "burn_in": "auto"}, sampler__adaptation_steps=1500).fit(Xtr, ytr)
 
 
 def test_auto_burn_in_is_the_same_in_every_worker():
     """Groups of chains in workers resolve "auto" from the same data: the merged draws are those of one process."""
     rng = np.random.default_rng(1)
-    X = rng.normal(size=(1300, 3))  # 11 batches of 128 rows per epoch: 1,100 steps
+    X = rng.normal(size=(650, 3))  # 6 batches of 128 rows per epoch: 1,200 steps
     y = (X[:, 0] > 0).astype(int)
     kw = dict(hidden_layer_sizes=(4,), n_chains=2, n_draws=5, thinning=1, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         one = BayesianMLPClassifier(**kw).fit(X, y)
         two = BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y)
-    assert one.trace_.burn_in == two.trace_.burn_in == 1100
+    assert one.trace_.burn_in == two.trace_.burn_in == 1200
     assert torch.equal(one.trace_.draws(), two.trace_.draws())

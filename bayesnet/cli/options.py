@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     sampling.add_argument("--n-draws", type=_positive_int, metavar="N",
                           help=f"posterior draws kept per chain (default: {_per_dataset('n_draws')})")
     sampling.add_argument("--burn-in", type=_burn_in, metavar="STEPS",
-                          help="sampler steps discarded first, or auto: 100 passes over the training data, at least "
+                          help="sampler steps discarded first, or auto: 200 passes over the training data, at least "
                                f"1000 and at most 20000 steps (default: {_per_dataset('burn_in')})")
     sampling.add_argument("--thinning", type=_thinning, metavar="K",
                           help="keep every K-th step after burn-in, or auto: the sampler's own (10; 1 for tacthmc) "

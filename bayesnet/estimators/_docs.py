@@ -29,12 +29,12 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         or walker for pt-langevin and eqn) for prediction; predictions average
         the draws of all chains.
     burn_in : int or "auto", default="auto"
-        Sampler steps (mini-batches) discarded at the start. "auto" is 100
+        Sampler steps (mini-batches) discarded at the start. "auto" is 200
         epochs (passes over the training rows, ``ceil(N / batch)`` steps
-        each), at least 1000 and at most 20,000 steps: 1000 up to 1,280
-        rows at the default 128-row batches, 3,200 for 4,000 rows (the
-        resolved number is ``trace_.burn_in``). A fixed 1000 steps was 32
-        epochs of MNIST-1D, and its CNN's draws were still improving. They are the
+        each), at least 1000 and at most 20,000 steps: 1000 up to 640 rows
+        at the default 128-row batches, 6,400 for 4,000 rows (the resolved
+        number is ``trace_.burn_in``). A fixed 1000 steps was 32 epochs of
+        MNIST-1D, and its CNN's and RNN's draws were still improving. They are the
         warm-up (:mod:`bayesnet.samplers.warmup`): with the samplers'
         default ``step_size="auto"`` the diagonal mass matrix and each
         chain's step size are adapted during them and frozen afterwards,

@@ -77,8 +77,8 @@ def resolve_thinning(thinning, cls) -> int:
 #: ``burn_in="auto"``: at least this many steps, ...
 AUTO_BURN_IN_MIN = 1000
 #: ... and at least this many passes over the training data (a network learns the data in passes, as
-#: scikit-learn's MLP counts its iterations in epochs), ...
-AUTO_BURN_IN_EPOCHS = 100
+#: scikit-learn's MLP counts its iterations in epochs, 200 at most by default), ...
+AUTO_BURN_IN_EPOCHS = 200
 #: ... but at most this many steps
 AUTO_BURN_IN_MAX = 20_000
 
@@ -86,11 +86,11 @@ AUTO_BURN_IN_MAX = 20_000
 def resolve_burn_in(burn_in, n_data: int, batch_size: int) -> int:
     """Steps discarded at the start: ``burn_in`` itself, or for ``"auto"`` ``AUTO_BURN_IN_EPOCHS`` epochs of
     ``ceil(n_data / batch_size)`` mini-batches, within ``[AUTO_BURN_IN_MIN, AUTO_BURN_IN_MAX]`` steps (1000 steps
-    up to 1,280 rows at the default 128-row batches, 3,200 for 4,000 rows, 20,000 from 25,600 rows).
+    up to 640 rows at the default 128-row batches, 6,400 for 4,000 rows, 20,000 from 12,800 rows).
 
     Measured on the defaults panel (benchmarks/README.md, "The burn-in in passes over the data"): a fixed
-    1,000 steps is 32 epochs of MNIST-1D's 4,000 rows, and its CNN's kept draws were still climbing (split R-hat
-    of the training log-likelihood 2.0-2.1)."""
+    1,000 steps is 32 epochs of MNIST-1D's 4,000 rows, and its CNN's and RNN's kept draws were still climbing
+    (split R-hat of the training log-likelihood 1.5-2.1)."""
     if burn_in != "auto":
         return int(burn_in)
     epochs = AUTO_BURN_IN_EPOCHS * math.ceil(n_data / batch_size)
@@ -98,7 +98,7 @@ def resolve_burn_in(burn_in, n_data: int, batch_size: int) -> int:
 
 
 def burn_in_words(net) -> str:
-    """The burn-in a message names: ``"3200 steps"``, with ``, from 'auto'`` when it was resolved."""
+    """The burn-in a message names: ``"6400 steps"``, with ``, from 'auto'`` when it was resolved."""
     plan = getattr(net, "plan_", None)
     steps = plan.burn_in if plan is not None else net.trace_.burn_in
     return f"{steps} steps, from 'auto'" if net.burn_in == "auto" else f"{steps} steps"
