@@ -583,6 +583,24 @@ def test_auto_burn_in_is_two_hundred_epochs_within_bounds(n_data, batch_size, ex
     assert resolve_burn_in(37, n_data, batch_size) == 37  # an explicit number is used as given
 
 
+def test_auto_burn_in_takes_at_most_half_of_a_fixed_number_of_epochs():
+    """With max_epochs, "auto" leaves the second half of the run for draws (200 passes would take all of a run of
+    200 epochs or fewer); an explicit burn_in is used as given."""
+    from bayesnet.estimators.run import resolve_burn_in
+
+    assert resolve_burn_in("auto", 4000, 128, max_epochs=100) == 1600  # 32 batches x 100 epochs / 2
+    assert resolve_burn_in("auto", 4000, 128, max_epochs=1000) == 6400  # the rule's own number, below half
+    assert resolve_burn_in("auto", 300, 128, max_epochs=10) == 15
+    assert resolve_burn_in(3000, 4000, 128, max_epochs=10) == 3000
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(700, 3))
+    y = (X[:, 0] > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier((4,), n_draws=5, thinning=1, max_epochs=20, random_state=0).fit(X, y)
+    assert est.trace_.burn_in == 60 and est.fit_status_["steps_taken"] == 120 and est.n_draws_kept_ == 5
+
+
 def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():
     """The default on 700 rows of 64-row batches (11 per epoch): 2,200 discarded steps, the warm-up as long
     (its report), then n_draws * thinning steps of draws (rounded up to whole epochs); burn_in=300 is taken as
@@ -607,6 +625,27 @@ def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():
         est = BayesianMLPClassifier(**kw, burn_in=300).fit(X, y)
     assert est.trace_.burn_in == 300 and est.fit_status_["steps_taken"] == 11 * math.ceil(320 / 11)
     assert burn_in_words(est) == "300 steps"
+
+
+def test_a_continued_fit_keeps_its_chains_burn_in_and_a_refused_refit_keeps_the_draws(cancer):
+    """The burn-in is resolved once, from the data the chains started on: continuing on more rows neither
+    re-resolves it nor refuses the warm-up. A refit whose warm-up outlasts the new "auto" burn-in is refused
+    before the fitted estimator is re-initialised (its draws stay)."""
+    Xtr, _, ytr, _ = cancer  # 398 rows: 1000 steps
+    kw = dict(hidden_layer_sizes=(4,), n_draws=5, thinning=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier(**kw, sampler__adaptation_steps=1000).fit(Xtr, ytr)
+        assert est.trace_.burn_in == 1000
+        big_X, big_y = np.concatenate([Xtr] * 3), np.concatenate([ytr] * 3)  # 1,194 rows would give 2,000
+        est.partial_fit(big_X, big_y)
+    assert est.plan_.burn_in == est.trace_.burn_in == 1000 and est.n_draws_kept_ == 5
+    draws = est.trace_.draws().clone()
+    est.set_params(sampler__adaptation_steps=1500)
+    with pytest.raises(ValueError, match=r"longer than burn_in=1000 \(from 'auto'\)"):
+        est.fit(Xtr, ytr)
+    assert torch.equal(est.trace_.draws(), draws)  # still fitted, the same draws
+    est.predict(Xtr[:3])
 
 
 def test_auto_burn_in_bad_values_and_messages(cancer):

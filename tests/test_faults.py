@@ -523,7 +523,8 @@ def test_max_epochs_shorter_than_the_burn_in_warns(iris):
     X, y = iris
     est = BayesianMLPClassifier((8,), n_draws=10, burn_in=50, max_epochs=5, batch_size=30, random_state=0)
     messages = fit_recording(est, X, y)
-    assert any(m.startswith("0 of n_draws=10 draws were kept per chain in 25 steps. max_epochs is shorter than")
+    assert any(m.startswith("0 of n_draws=10 draws were kept per chain in 25 steps. max_epochs=5 is shorter than "
+                            "burn_in (50 steps) + n_draws * thinning")
                and m.endswith("No draw was kept, so the estimator is not fitted.") for m in messages), messages
     assert est.fit_status_["status"] == "short"
 

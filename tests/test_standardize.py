@@ -183,10 +183,13 @@ def test_a_model_file_with_a_scale_of_zero_is_refused(cancer, tmp_path):
 
 
 
-def test_skorch_forward_takes_raw_inputs_as_the_estimators_methods_do(cancer):
-    """skorch's ``forward`` (through ``forward_iter``) validates and standardises ``X`` as ``predict`` does and
-    gives ``module_``'s outputs (the first chain's current position); before, it fed raw float64 rows to the
-    float32 network (an error) and would have skipped the map."""
+def test_skorch_forward_takes_raw_inputs_as_the_estimators_methods_do(cancer, tmp_path):
+    """skorch's ``forward`` (through ``forward_iter``) standardises ``X`` as ``predict`` does and gives
+    ``module_``'s outputs (the first chain's current position); before, it fed raw float64 rows to the float32
+    network (an error) and would have skipped the map. Checked against a StandardScaler and the network by hand,
+    for a classifier, a regressor (standardised target units) and a CNN; a model read from a file, which holds
+    no chain position, refuses it."""
+    import torch.nn.functional as F
     from sklearn.exceptions import NotFittedError
 
     X, y, Xnew = cancer
@@ -196,8 +199,28 @@ def test_skorch_forward_takes_raw_inputs_as_the_estimators_methods_do(cancer):
     est.fit(X, y)
     out = est.forward(Xnew)
     assert out.shape == (len(Xnew), 2) and out.dtype == torch.float32 and not out.requires_grad
+    Z = torch.as_tensor(StandardScaler().fit(X).transform(Xnew), dtype=torch.float32)
+    (w1, b1), (w2, b2) = [(m.weight, m.bias) for m in est.module_.modules() if isinstance(m, torch.nn.Linear)]
     with torch.no_grad():
-        expected = est.module_(torch.as_tensor(est._validate_X(Xnew, reset=False)))
-    torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(out, F.linear(F.relu(F.linear(Z, w1, b1)), w2, b2), atol=2e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="features"):
         est.forward(Xnew[:, :5])
+    path = tmp_path / "m.bayesnet"
+    est.save(path)
+    with pytest.raises(ValueError, match="loaded from a model file"):
+        bayesnet.load(path).forward(Xnew)
+
+    reg = bayesnet.BayesianMLPRegressor((8,), **SHORT).fit(X, 1000 + 100 * X[:, 0])  # a target in the thousands
+    (w1, b1), (w2, b2) = [(m.weight, m.bias) for m in reg.module_.modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        out = reg.forward(Xnew)
+        torch.testing.assert_close(out, F.linear(F.relu(F.linear(Z, w1, b1)), w2, b2), atol=2e-4, rtol=1e-4)
+    assert out.abs().max() < 50  # the standardised target's units (predict gives about 2,400)
+
+    digits = load_digits()
+    cnn = BayesianCNNClassifier(input_shape=(1, 8, 8), channels=(4,), dense_layer_sizes=(8,), **SHORT)
+    cnn.fit(digits.data[:300], digits.target[:300])
+    images = (digits.data[300:310] - cnn.input_mean_) / cnn.input_scale_
+    with torch.no_grad():
+        expected = cnn.module_(torch.as_tensor(images, dtype=torch.float32).reshape(-1, 1, 8, 8))
+    torch.testing.assert_close(cnn.forward(digits.data[300:310]), expected)

@@ -105,7 +105,8 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
     max_epochs : int or None, default=None
         Epochs to run; None runs ``burn_in + n_draws * thinning`` steps
         (for tacthmc ``burn_in + n_draws * thinning * steps_per_sample / 0.2``,
-        0.2 being the expected fraction of steps at unit temperature).
+        0.2 being the expected fraction of steps at unit temperature). With
+        an int, ``burn_in="auto"`` takes at most the first half of the run.
     compile : bool or "auto", default="auto"
         Compile the sampler's frozen transition (after the warm-up) with
         ``torch.compile`` (:mod:`bayesnet.samplers.compiled`): True

@@ -297,7 +297,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                 "sample weights and forward arguments are not supported.")
             probe = clone(self)
             probe._validate_hyperparameters()
-            probe._validate_fit_data(X, y, reset=True)
+            Xv, _ = probe._validate_fit_data(X, y, reset=True)
+            run.make_plan(probe, len(Xv))  # burn_in="auto" resolved from the data (a warm-up that outlasts it)
             resolve_device(probe.device)  # a CUDA device that is not there
             make_prior(probe.prior_scale, make_sampler(probe.sampler, **probe.get_params_for("sampler")))
         return super().fit(X, y, **fit_params)
@@ -486,16 +487,22 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         """skorch's ``forward_iter`` (and so ``forward``) on ``X`` as the estimator's own methods take it:
         validated, reshaped and standardised as for ``predict``, then ``module_``'s outputs batch by batch, moved
         to ``device``. ``module_`` holds the first chain's current position, one network: the posterior's
-        predictions are :meth:`predict_draws`, ``predict_proba`` and ``predict``.
+        predictions are :meth:`predict_draws`, ``predict_proba`` and ``predict``. A regressor's outputs are in
+        the standardised target's units (``predict`` maps them back).
 
         Raises
         ------
         sklearn.exceptions.NotFittedError
             Before ``fit``.
         ValueError
-            For input the estimator's methods refuse (shape, NaN).
+            For input the estimator's methods refuse (shape, NaN), and for a model read from a file
+            (:func:`bayesnet.load`), which holds the draws but no chain position.
         """
         check_is_fitted(self)
+        if getattr(self, "loaded_", False):
+            raise ValueError(f"this {type(self).__name__} was loaded from a model file: it holds the draws, not the "
+                             "chains' positions, so module_ is not a fitted network; predict_draws, predict_proba "
+                             "and predict use the draws.")
         X = torch.as_tensor(self._validate_X(X, reset=False))
         batch_size = run.resolve_batch_size(self.batch_size, len(X), False)
         self.module_.train(training)

@@ -83,18 +83,24 @@ AUTO_BURN_IN_EPOCHS = 200
 AUTO_BURN_IN_MAX = 20_000
 
 
-def resolve_burn_in(burn_in, n_data: int, batch_size: int) -> int:
+def resolve_burn_in(burn_in, n_data: int, batch_size: int, max_epochs: int | None = None) -> int:
     """Steps discarded at the start: ``burn_in`` itself, or for ``"auto"`` ``AUTO_BURN_IN_EPOCHS`` epochs of
     ``ceil(n_data / batch_size)`` mini-batches, within ``[AUTO_BURN_IN_MIN, AUTO_BURN_IN_MAX]`` steps (1000 steps
-    up to 640 rows at the default 128-row batches, 6,400 for 4,000 rows, 20,000 from 12,800 rows).
+    up to 640 rows at the default 128-row batches, 6,400 for 4,000 rows, 20,000 from 12,673 rows: 100 batches).
 
     Measured on the defaults panel (benchmarks/README.md, "The burn-in in passes over the data"): a fixed
     1,000 steps is 32 epochs of MNIST-1D's 4,000 rows, and its CNN's and RNN's kept draws were still climbing
-    (split R-hat of the training log-likelihood 1.5-2.1)."""
+    (split R-hat of the training log-likelihood 1.5-2.1).
+
+    With ``max_epochs`` (a run of that many epochs), "auto" is at most half of the run's steps: 200 epochs would
+    otherwise leave no step for draws whenever ``max_epochs`` is 200 or fewer."""
     if burn_in != "auto":
         return int(burn_in)
-    epochs = AUTO_BURN_IN_EPOCHS * math.ceil(n_data / batch_size)
-    return int(min(max(AUTO_BURN_IN_MIN, epochs), AUTO_BURN_IN_MAX))
+    per_epoch = math.ceil(n_data / batch_size)
+    steps = min(max(AUTO_BURN_IN_MIN, AUTO_BURN_IN_EPOCHS * per_epoch), AUTO_BURN_IN_MAX)
+    if max_epochs is not None:  # a run of a fixed length: at most its first half, so that the rest gives draws
+        steps = min(steps, int(max_epochs) * per_epoch // 2)
+    return int(steps)
 
 
 def burn_in_words(net) -> str:
@@ -111,7 +117,7 @@ def make_plan(net, n_data: int, step_offset: int = 0, burn_in: int | None = None
     cls = sampler_class(net.sampler)
     probe = make_sampler(net.sampler, **net.get_params_for("sampler"))
     batch_size = resolve_batch_size(net.batch_size, n_data, cls.full_batch)
-    burn_in = resolve_burn_in(net.burn_in, n_data, batch_size) if burn_in is None else int(burn_in)
+    burn_in = resolve_burn_in(net.burn_in, n_data, batch_size, net.max_epochs) if burn_in is None else int(burn_in)
     n = getattr(probe, "adaptation_steps", "auto")
     if n != "auto" and int(n) > burn_in:
         given = f"burn_in={burn_in} (from 'auto')" if net.burn_in == "auto" else f"burn_in={burn_in}"
@@ -677,8 +683,8 @@ def warn_status(net) -> None:
         least = int(kept.min()) if kept.size else 0
         hint = net.sampler_.shortfall_hint(state) if state is not None else ""
         reason = (f" {net.sampler_.name}: {hint}" if hint else
-                  " max_epochs is shorter than burn_in + n_draws * thinning steps: run longer, or call partial_fit "
-                  "to continue the chains.")
+                  f" max_epochs={net.max_epochs} is shorter than burn_in ({burn_in_words(net)}) + n_draws * thinning "
+                  "steps: run longer, or call partial_fit to continue the chains.")
         unfitted = " No draw was kept, so the estimator is not fitted." if len(trace) == 0 else ""
         messages.append(f"{least} of n_draws={net.n_draws} draws were kept per chain in {step} steps.{reason}"
                         f"{unfitted}")

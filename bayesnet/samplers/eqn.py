@@ -184,10 +184,12 @@ class EQN(Sampler):
         (+-0.03) of the truth with 1000, 0.78-0.82 with 100, 0.19-0.24 with
         10 or 1 (the 7 other walkers span 6 of the 64 directions); in 4-D,
         where the walkers decorrelate within a few steps, 100 is unbiased. With the
-        estimators' defaults (``burn_in=1000``, about 2000 steps) the single
-        update comes at the end of the burn-in, from walkers that ran
-        independently: every kept draw then uses one :math:`B_i` that is
-        independent of its walker. An update costs :math:`O(L^2 D)` per
+        estimators' defaults on up to 640 rows (``burn_in="auto"`` is then 1000
+        steps, about 2000 in all) the single update comes at the end of the
+        burn-in, from walkers that ran independently: every kept draw then uses
+        one :math:`B_i` that is independent of its walker. On more rows the
+        burn-in is longer (200 passes over the data) and the updates also come
+        during it, every ``covariance_interval`` steps. An update costs :math:`O(L^2 D)` per
         chain plus ``L`` eigendecompositions of size ``L - 1``.
 
 {warmup}
