@@ -113,3 +113,23 @@ def test_the_warnings_point_at_the_callers_line(iris):
         ours = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
         assert ours and all((w.filename, w.lineno) == (__file__, line) for w in ours), \
             [(w.filename, w.lineno) for w in ours]
+
+
+def test_a_chain_still_fitting_is_told_to_burn_in_longer(iris):
+    """A burn-in of 30 steps: the training log-likelihood climbs through the kept draws (R-hat about 2), and the
+    warning says so and asks for a larger burn_in alone, with the figures; a high R-hat without a rise through all
+    four quarters of the draws (slow mixing) keeps the general advice."""
+    from bayesnet.estimators.run import convergence_messages
+
+    est, messages = _fit(iris, burn_in=30, n_draws=40, thinning=5)
+    ll = est.convergence_["log_likelihood"]
+    assert ll["rhat"] > 1.1 and ll["rows"] == 150 and len(ll["quarters"]) == 4
+    assert all(a < b for a, b in zip(ll["quarters"], ll["quarters"][1:]))
+    rising = [m for m in messages if "still rising" in m]
+    assert len(rising) == 1 and rising[0].startswith("the chains have not converged")
+    assert rising[0].endswith("the chains had not finished their burn-in. Increase burn_in (now 30 steps).")
+    assert f"{ll['quarters'][0]:.4g}" in rising[0]
+    # the same R-hat, the quarters out of order: the general advice (more draws, chains, burn-in)
+    est.convergence_["log_likelihood"]["quarters"] = [-20.0, -12.0, -15.0, -11.0]
+    general = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
+    assert len(general) == 1 and "still rising" not in general[0] and "more n_draws or thinning" in general[0]

@@ -499,8 +499,10 @@ def pointwise_log_likelihood(net) -> np.ndarray:
 def convergence(net) -> dict:
     """Convergence summaries in function space, over the draws of all chains (the slots with draws, cut to a
     common length): rank-normalised split R-hat and bulk and tail ESS of the log-likelihood of a fixed subset
-    of training rows (``log_likelihood``), the same per row for 64 of them, reported as the 90th percentile of
-    their R-hat and the 10th of their ESS (``pointwise_log_likelihood``), and of the potential. Quantities of
+    of training rows (``log_likelihood``, with its mean over each quarter of the draws, ``quarters``, and the
+    number of ``rows``), the same per row for 64 of them,
+    reported as the 90th percentile of their R-hat and the 10th of their ESS (``pointwise_log_likelihood``), and
+    of the potential. Quantities of
     the weights themselves are not checked: a network's posterior is symmetric under permutations of its
     hidden units, so chains in different but equivalent modes would look unconverged."""
     trace = getattr(net, "trace_", None)
@@ -514,8 +516,11 @@ def convergence(net) -> dict:
     finite = np.all(np.isfinite(ll), axis=(0, 1))
     if finite.any():
         total = ll[:, :, finite].sum(axis=2)
+        q = total.shape[1] // 4
         out["log_likelihood"] = {"rhat": rank_normalized_split_rhat(total), "ess_bulk": bulk_effective_sample_size(total),
-                                 "ess_tail": tail_effective_sample_size(total)}
+                                 "ess_tail": tail_effective_sample_size(total),
+                                 "quarters": [float(total[:, k * q:(k + 1) * q].mean()) for k in range(4)],
+                                 "rows": int(finite.sum())}
         rows = np.flatnonzero(finite)[:POINTWISE_ROWS]
         rhat = rank_normalized_split_rhat_many(ll[:, :, rows])  # all rows at once (a loop cost 30 ms per fit)
         ess = bulk_effective_sample_size_many(ll[:, :, rows])
@@ -600,11 +605,21 @@ def convergence_messages(net, state) -> list[str]:
            f"n_draws or thinning (now {net.n_draws}, {net.trace_.thinning}) gives more effective draws; several chains "
            "(n_chains) make R-hat sharper.")
     worst = [(name, v["rhat"]) for name, v in conv.items() if name != "potential" and v["rhat"] > RHAT_WARN]
+    ll = conv.get("log_likelihood")
     if worst:
         figures = ", ".join(f"{name} {rhat:.2f}" for name, rhat in worst)
+        quarters = (ll or {}).get("quarters")
+        # a trend, not slow mixing: the summed log-likelihood's R-hat is high and it rose through every quarter of
+        # the draws (a stationary chain's four quarter means come out in increasing order 1 time in 24, more
+        # often when it mixes slowly; a chain still fitting, nearly always)
+        rising = ll is not None and ll["rhat"] > RHAT_WARN and quarters is not None and all(
+            a < b for a, b in zip(quarters, quarters[1:]))
+        why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
+               f"of the draws, summed over {ll.get('rows', '?')} training rows: "
+               f"{', '.join(f'{v:.4g}' for v in quarters)}): the chains had not finished their burn-in. Increase "
+               f"burn_in (now {burn_in_words(net)})." if rising else fix)
         out.append(f"the chains have not converged: split R-hat of the training log-likelihood ({figures}) is above "
-                   f"{RHAT_WARN}. {fix}")
-    ll = conv.get("log_likelihood")
+                   f"{RHAT_WARN}. {why}")
     if ll is not None and ll["ess_bulk"] < ESS_WARN:
         out.append(f"only {ll['ess_bulk']:.1f} effective draws of the training log-likelihood (bulk ESS, all chains; "
                    f"below {ESS_WARN:g}): predictions average few independent draws. {fix}")
