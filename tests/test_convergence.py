@@ -127,7 +127,8 @@ def test_a_chain_still_fitting_is_told_to_burn_in_longer(iris):
     assert all(a < b for a, b in zip(ll["quarters"], ll["quarters"][1:]))
     rising = [m for m in messages if "still rising" in m]
     assert len(rising) == 1 and rising[0].startswith("the chains have not converged")
-    assert rising[0].endswith("the chains had not finished their burn-in. Increase burn_in (now 30 steps).")
+    assert rising[0].endswith("the chains were most likely still fitting. Increase burn_in (now 30 steps) and fit "
+                              "anew.")
     assert f"{ll['quarters'][0]:.4g}" in rising[0]
     # the same R-hat, the quarters out of order: the general advice (more draws, chains, burn-in)
     est.convergence_["log_likelihood"]["quarters"] = [-20.0, -12.0, -15.0, -11.0]

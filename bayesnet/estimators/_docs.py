@@ -168,8 +168,8 @@ ATTRIBUTES_DOC = """
         (``check_rows_``) summed, ``{"rhat", "ess_bulk", "ess_tail",
         "quarters", "rows"}`` (``quarters``: its mean over each quarter of
         the draws, all chains; rising through all four with R-hat above 1.1,
-        the chains were still fitting, and the warning asks for a longer
-        burn-in);
+        the chains were most likely still fitting, and the warning asks for
+        a longer burn-in);
         ``"pointwise_log_likelihood"``, the same per row for 64 of them,
         ``{"rhat": 90th percentile, "ess_bulk": 10th percentile, "rows"}``;
         and ``"potential"``. Weights themselves are not checked: hidden

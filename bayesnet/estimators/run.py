@@ -516,10 +516,9 @@ def convergence(net) -> dict:
     finite = np.all(np.isfinite(ll), axis=(0, 1))
     if finite.any():
         total = ll[:, :, finite].sum(axis=2)
-        q = total.shape[1] // 4
         out["log_likelihood"] = {"rhat": rank_normalized_split_rhat(total), "ess_bulk": bulk_effective_sample_size(total),
                                  "ess_tail": tail_effective_sample_size(total),
-                                 "quarters": [float(total[:, k * q:(k + 1) * q].mean()) for k in range(4)],
+                                 "quarters": [float(part.mean()) for part in np.array_split(total, 4, axis=1)],
                                  "rows": int(finite.sum())}
         rows = np.flatnonzero(finite)[:POINTWISE_ROWS]
         rhat = rank_normalized_split_rhat_many(ll[:, :, rows])  # all rows at once (a loop cost 30 ms per fit)
@@ -616,8 +615,8 @@ def convergence_messages(net, state) -> list[str]:
             a < b for a, b in zip(quarters, quarters[1:]))
         why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
                f"of the draws, summed over {ll.get('rows', '?')} training rows: "
-               f"{', '.join(f'{v:.4g}' for v in quarters)}): the chains had not finished their burn-in. Increase "
-               f"burn_in (now {burn_in_words(net)})." if rising else fix)
+               f"{', '.join(f'{v:.4g}' for v in quarters)}): the chains were most likely still fitting. Increase "
+               f"burn_in (now {burn_in_words(net)}) and fit anew." if rising else fix)
         out.append(f"the chains have not converged: split R-hat of the training log-likelihood ({figures}) is above "
                    f"{RHAT_WARN}. {why}")
     if ll is not None and ll["ess_bulk"] < ESS_WARN:
