@@ -104,9 +104,9 @@ def resolve_burn_in(burn_in, n_data: int, batch_size: int, max_epochs: int | Non
 
 
 def burn_in_words(net) -> str:
-    """The burn-in a message names: ``"6400 steps"``, with ``, from 'auto'`` when it was resolved."""
-    plan = getattr(net, "plan_", None)
-    steps = plan.burn_in if plan is not None else net.trace_.burn_in
+    """The burn-in a message names: ``"6400 steps"``, with ``, from 'auto'`` when it was resolved (the trace holds
+    the plan's number, in a model read from a file too)."""
+    steps = net.trace_.burn_in
     return f"{steps} steps, from 'auto'" if net.burn_in == "auto" else f"{steps} steps"
 
 
@@ -500,11 +500,10 @@ def convergence(net) -> dict:
     """Convergence summaries in function space, over the draws of all chains (the slots with draws, cut to a
     common length): rank-normalised split R-hat and bulk and tail ESS of the log-likelihood of a fixed subset
     of training rows (``log_likelihood``, with its mean over each quarter of the draws, ``quarters``, and the
-    number of ``rows``), the same per row for 64 of them,
-    reported as the 90th percentile of their R-hat and the 10th of their ESS (``pointwise_log_likelihood``), and
-    of the potential. Quantities of
-    the weights themselves are not checked: a network's posterior is symmetric under permutations of its
-    hidden units, so chains in different but equivalent modes would look unconverged."""
+    number of ``rows``), the same per row for 64 of them, reported as the 90th percentile of their R-hat and the
+    10th of their ESS (``pointwise_log_likelihood``), and of the potential. Quantities of the weights themselves
+    are not checked: a network's posterior is symmetric under permutations of its hidden units, so chains in
+    different but equivalent modes would look unconverged."""
     trace = getattr(net, "trace_", None)
     if trace is None or len(trace) == 0 or getattr(net, "check_rows_", None) is None:
         return {}
@@ -607,14 +606,14 @@ def convergence_messages(net, state) -> list[str]:
     ll = conv.get("log_likelihood")
     if worst:
         figures = ", ".join(f"{name} {rhat:.2f}" for name, rhat in worst)
-        quarters = (ll or {}).get("quarters")
         # a trend, not slow mixing: the summed log-likelihood's R-hat is high and it rose through every quarter of
         # the draws (a stationary chain's four quarter means come out in increasing order 1 time in 24, more
-        # often when it mixes slowly; a chain still fitting, nearly always)
-        rising = ll is not None and ll["rhat"] > RHAT_WARN and quarters is not None and all(
-            a < b for a, b in zip(quarters, quarters[1:]))
+        # often when it mixes slowly; a chain still fitting, nearly always). A convergence_ from before the
+        # quarters has none: the general advice.
+        quarters = ll.get("quarters") if ll is not None else None
+        rising = quarters is not None and ll["rhat"] > RHAT_WARN and all(a < b for a, b in zip(quarters, quarters[1:]))
         why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
-               f"of the draws, summed over {ll.get('rows', '?')} training rows: "
+               f"of the draws, summed over {ll['rows']} training rows: "
                f"{', '.join(f'{v:.4g}' for v in quarters)}): the chains were most likely still fitting. Increase "
                f"burn_in (now {burn_in_words(net)}) and fit anew." if rising else fix)
         out.append(f"the chains have not converged: split R-hat of the training log-likelihood ({figures}) is above "
