@@ -171,7 +171,9 @@ ATTRIBUTES_DOC = """
         the chains were most likely still fitting, and the warning asks for
         a longer burn-in);
         ``"pointwise_log_likelihood"``, the same per row for 64 of them,
-        ``{"rhat": 90th percentile, "ess_bulk": 10th percentile, "rows"}``;
+        ``{"rhat": median, "ess_bulk": median, "rhat_q90": 90th
+        percentile, "ess_bulk_q10": 10th percentile, "rows"}`` (the
+        warnings read the medians);
         and ``"potential"``. Weights themselves are not checked: hidden
         units are exchangeable, so equivalent modes would look unconverged.
         A ``ConvergenceWarning`` names the figure when R-hat exceeds 1.1,
