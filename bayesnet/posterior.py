@@ -230,6 +230,12 @@ class ChainPosterior:
         Shapes ``(S, *p.shape)``: the positions the sampler moves.
     n_members : int
         ``S``.
+    virial_wanted : bool
+        When True, :meth:`value_and_grad` also stores :attr:`virial` (set by the estimators after the
+        burn-in, for samplers with a :meth:`~bayesnet.samplers.Sampler.configurational_target`).
+    virial : Tensor or None
+        ``(S,)``: :math:`\theta \cdot \nabla U(\theta)` per member at the last gradient taken while
+        :attr:`virial_wanted`, over every parameter (divided by ``D`` it is the configurational temperature).
 
     Raises
     ------
@@ -253,6 +259,8 @@ class ChainPosterior:
         self.parameters = [torch.stack([m[k].detach() for m in members]).requires_grad_(True)
                            for k in range(len(members[0]))]
         self._log_prior = _LogPrior(likelihood)
+        self.virial_wanted = False
+        self.virial = None
 
     @property
     def network_parameters(self) -> list[Tensor]:
@@ -307,6 +315,7 @@ class ChainPosterior:
             with torch.enable_grad():
                 u = self.value(batch)
                 grads = torch.autograd.grad(u.sum(), self.parameters)
+            self._record_virial(grads)
             return u.detach(), list(grads)
         # the prior's gradient in closed form, added in place: autograd then runs through the likelihood only
         X, y = batch
@@ -321,7 +330,16 @@ class ChainPosterior:
             log_prior, prior_grads = both(net) if both is not None else (self.prior.log_prob_chains(net), prior_grad(net))
             u = u_data.detach() - log_prior
             torch._foreach_sub_(grads[: len(net)], prior_grads)
+        self._record_virial(grads)
         return u, grads
+
+    def _record_virial(self, grads) -> None:
+        """:attr:`virial` from the gradients just taken, when wanted (one dot product per tensor and member)."""
+        if self.__dict__.get("virial_wanted"):
+            with torch.no_grad():
+                self.virial = torch.stack([torch.linalg.vecdot(p.detach().reshape(p.shape[0], -1),
+                                                               g.reshape(g.shape[0], -1))
+                                           for p, g in zip(self.parameters, grads)]).sum(0)
 
     def functional(self):
         """The potentials as a pure function, for a compiled transition: ``fn(parameters, X, y, factors, offset)``

@@ -202,7 +202,13 @@ ATTRIBUTES_DOC = """
     diagnostics_ : dict
         Means over the steps after burn-in of the sampler's diagnostics:
         ``potential``, ``kinetic_temperature`` (samplers with momentum; about
-        ``temperature`` when the step size is right), ``thermostat`` (sgnht),
+        ``temperature`` when the step size is right),
+        ``configurational_temperature`` (the virial ``theta . grad U / D``,
+        measured at the first step after the burn-in and at every draw by
+        samplers whose gradients are taken at their positions: sgld, sghmc,
+        sgnht, baoab, eqn; about ``temperature`` at equilibrium, below it
+        while the positions have not reached their typical set; not
+        measured on the compiled path), ``thermostat`` (sgnht),
         ``acceptance_rate`` and ``n_divergent`` (hmc), ``n_steps``, and
         ``max_rhat``/``min_ess_bulk`` over ``convergence_`` (function-space
         quantities only); pt-langevin adds

@@ -27,13 +27,13 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_random_state
 
-from ..diagnostics import (bulk_effective_sample_size, bulk_effective_sample_size_many, rank_normalized_split_rhat,
-                           rank_normalized_split_rhat_many, tail_effective_sample_size)
+from ..diagnostics import (bulk_effective_sample_size, bulk_effective_sample_size_many, effective_sample_size,
+                           rank_normalized_split_rhat, rank_normalized_split_rhat_many, tail_effective_sample_size)
 from ..plan import ChainLayout, RunPlan
 from ..posterior import ChainPosterior
 from ..predictive import PosteriorPredictive
 from ..priors import make_prior
-from ..samplers import ChainRandom, DivergenceError, make_sampler, sampler_class
+from ..samplers import ChainRandom, DivergenceError, Stat, make_sampler, sampler_class
 from ..trace import StepStats, Trace
 from .callbacks import DivergenceMonitor
 
@@ -223,7 +223,10 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     net.sampler_state_ = sampler.init(net.posterior_.parameters, rng, n_chains=plan.layout.chains)
     S = net.posterior_.n_members
     net.trace_ = Trace(net.n_draws, burn_in=plan.burn_in, thinning=plan.thinning, n_slots=S, chain_axis=True)
-    net.step_stats_ = StepStats(sampler.stats, S, plan.burn_in, net.device_)
+    stats = dict(sampler.stats)
+    if sampler.configurational_target() is not None:  # measured after the burn-in (train_step)
+        stats["configurational_temperature"] = Stat("mean")
+    net.step_stats_ = StepStats(stats, S, plan.burn_in, net.device_)
     net.divergence_state_ = None
     net.fit_status_ = {"status": "running", "diverged_chains": {}, "stopped_by": None}
     net.fit_params_ = {k: v for k, v in net.get_params(deep=False).items()}
@@ -641,21 +644,65 @@ def convergence_messages(net, state) -> list[str]:
     if ll is not None and ll["ess_bulk"] < ESS_WARN:
         out.append(f"only {ll['ess_bulk']:.1f} effective draws of the training log-likelihood (bulk ESS, all chains; "
                    f"below {ESS_WARN:g}): predictions average few independent draws. {fix}")
-    target = net.sampler_.target_temperature() if state is not None else None
-    means = net.step_stats_.member_means("kinetic_temperature") if getattr(net, "step_stats_", None) else None
-    if means is not None:  # the chains that finished: a diverged one was stopped and is reported as such
-        means = means[alive_members(net)]
-        means = means[np.isfinite(means)]
-    if target and means is not None and means.size:
-        D = int(net.posterior_.n_parameters_per_member) if getattr(net, "posterior_", None) is not None else 1
-        tolerance = HEAT_WARN + 3.0 * math.sqrt(2.0 / max(D, 1))
-        ratio = means / target
-        k = int(np.argmax(np.abs(ratio - 1.0)))
-        if abs(ratio[k] - 1.0) > tolerance:
-            word = "hot" if ratio[k] > 1 else "cold"
-            out.append(f"a chain ran {word}: its kinetic temperature averaged {means[k]:.3g} after burn-in against a "
-                       f"target of {target:g} (more than {tolerance:.0%} off), so it does not sample the posterior at "
-                       f"its temperature. {_step_advice(net, state)}.")
+    out += _temperature_messages(net, state)
+    return out
+
+
+def _temperature_messages(net, state) -> list[str]:
+    """A chain whose mean kinetic or configurational temperature after the burn-in is off its target (the worst
+    member of each): the kinetic by more than ``HEAT_WARN`` plus three chance spreads ``sqrt(2/D)`` of a mean of
+    ``D`` squares, the configurational by more than ``HEAT_WARN`` plus three standard errors of its mean (from its
+    effective sample size over the steps after the burn-in that ``step_stats_`` still holds)."""
+    out = []
+    stats = getattr(net, "step_stats_", None)
+    if state is None or stats is None:
+        return out
+    D = int(net.posterior_.n_parameters_per_member) if getattr(net, "posterior_", None) is not None else 1
+    alive = alive_members(net)  # the chains that finished: a diverged one is reported as such
+    for field, target in (("kinetic_temperature", net.sampler_.target_temperature()),
+                          ("configurational_temperature", net.sampler_.configurational_target())):
+        means = stats.member_means(field)
+        if not target or means is None:
+            continue
+        if field == "kinetic_temperature":
+            tolerance = np.full(means.shape, HEAT_WARN + 3.0 * math.sqrt(2.0 / max(D, 1)))
+        else:
+            tolerance = HEAT_WARN + 3.0 * _standard_errors(stats, field, net.trace_.burn_in) / target
+        keep = alive & np.isfinite(means) & np.isfinite(tolerance)  # (none measured on the compiled path)
+        if not keep.any():
+            continue
+        ratio, tolerance, means = means[keep] / target, tolerance[keep], means[keep]
+        k = int(np.argmax(np.abs(ratio - 1.0) - tolerance))
+        if abs(ratio[k] - 1.0) <= tolerance[k]:
+            continue
+        word = "hot" if ratio[k] > 1 else "cold"
+        figure = f"averaged {means[k]:.3g} after burn-in against a target of {target:g} (more than {tolerance[k]:.0%} off)"
+        if field == "kinetic_temperature":
+            out.append(f"a chain ran {word}: its kinetic temperature {figure}, so it does not sample the posterior "
+                       f"at its temperature. {_step_advice(net, state)}.")
+        elif word == "hot":
+            out.append(f"a chain ran hot: its configurational temperature (the virial theta . grad U / D) {figure}: "
+                       "its positions spread wider than the posterior at its temperature (too large a step for "
+                       f"the mini-batch noise). {_step_advice(net, state)}.")
+        else:
+            step = getattr(net.sampler_, "step_size", "auto")
+            larger = "" if isinstance(step, str) else f", or set a larger step size than sampler__step_size={step!r}"
+            out.append(f"a chain ran cold: its configurational temperature (the virial theta . grad U / D) {figure}: "
+                       "its positions had not reached (or not yet explored) the posterior's typical set when the "
+                       f"draws were kept. Increase burn_in (now {burn_in_words(net)}){larger}.")
+    return out
+
+
+def _standard_errors(stats, field: str, burn_in: int) -> np.ndarray:
+    """Per member, the standard error of the mean of ``field`` over the steps after ``burn_in`` that ``stats``
+    still holds: their standard deviation over the square root of their effective sample size (NaN for a member
+    with fewer than 20 finite values)."""
+    _, values = stats.since(burn_in)
+    out = np.full(stats.n_members, np.nan)
+    for k, x in enumerate(values[field].astype(np.float64)):
+        x = x[np.isfinite(x)]
+        if x.size >= 20:
+            out[k] = float(np.std(x, ddof=1)) / math.sqrt(max(effective_sample_size(x), 1.0))
     return out
 
 

@@ -101,6 +101,7 @@ class BAOAB(Sampler):
     """
 
     name = "baoab"
+    gradients_at_positions = True  # one gradient per step, at the members' positions
     stats = {**COMMON_STATS, **MOMENTUM_STATS}
     state_class = BAOABState
     fallback_step_size = 0.01

@@ -348,6 +348,25 @@ class Sampler(BaseEstimator):
         """The value the kinetic temperature should average at equilibrium (None: no momenta)."""
         return None
 
+    #: every gradient the kernel takes after its warm-up is taken at a member's current position (a draw of the
+    #: target once the chain is at equilibrium): then its configurational temperature can be measured
+    gradients_at_positions = False
+
+    def configurational_target(self) -> float | None:
+        r"""The value the configurational temperature should average at equilibrium: the temperature ``T`` the
+        positions are sampled at, for a kernel whose gradients are all taken at its members' positions
+        (:attr:`gradients_at_positions`); None otherwise (hmc's leapfrog steps, the tempering of tacthmc and
+        pt-langevin).
+
+        The configurational temperature is the virial :math:`\theta \cdot \nabla U(\theta) / D`, with
+        :math:`U` the potential at temperature 1 (its mini-batch estimate is unbiased) and ``D`` the numbers
+        per member: for :math:`\theta \sim \pi \propto e^{-U/T}` integration by parts gives
+        :math:`E[\theta_i \partial_i U] = T` for each coordinate (the virial theorem; TATi reports it,
+        Leimkuhler et al.). It needs no momenta, so it also checks sgld, and it catches what the kinetic
+        temperature cannot: positions that have not reached their typical set, or that mini-batch noise has
+        spread."""
+        return float(getattr(self, "temperature", 1.0)) if self.gradients_at_positions else None
+
     def temperature_range(self) -> tuple[float, float]:
         """The lowest and highest temperature the positions are sampled at (tempering samplers heat some of
         their steps or replicas); the estimators' divergence monitor allows the potential the rise that

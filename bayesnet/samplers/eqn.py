@@ -276,6 +276,7 @@ class EQN(Sampler):
     """
 
     name = "eqn"
+    gradients_at_positions = True  # one gradient per step, at the members' positions
     stats = {**COMMON_STATS, **MOMENTUM_STATS, "preconditioner_scale": Stat("mean")}
     state_class = EQNState
     fallback_step_size = 0.01

@@ -91,6 +91,7 @@ class SGHMC(Sampler):
     """
 
     name = "sghmc"
+    gradients_at_positions = True  # one gradient per step, at the members' positions
     stats = {**COMMON_STATS, **MOMENTUM_STATS}
     state_class = MomentumState
     fallback_step_size = 1e-4

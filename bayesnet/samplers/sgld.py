@@ -87,6 +87,7 @@ class SGLD(Sampler):
     """
 
     name = "sgld"
+    gradients_at_positions = True  # one gradient per step, at the members' positions
     fallback_step_size = 1e-4
     #: the preconditioned stability target: step * lambda_max
     stability = 0.1

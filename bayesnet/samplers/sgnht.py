@@ -101,6 +101,7 @@ class SGNHT(Sampler):
     """
 
     name = "sgnht"
+    gradients_at_positions = True  # one gradient per step, at the members' positions
     stats = {**COMMON_STATS, **MOMENTUM_STATS, "thermostat": Stat("mean")}
     state_class = SGNHTState
     fallback_step_size = 1e-4
