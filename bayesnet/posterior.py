@@ -235,7 +235,8 @@ class ChainPosterior:
         burn-in, for samplers with a :meth:`~bayesnet.samplers.Sampler.configurational_target`).
     virial : Tensor or None
         ``(S,)``: :math:`\theta \cdot \nabla U(\theta)` per member at the last gradient taken while
-        :attr:`virial_wanted`, over every parameter (divided by ``D`` it is the configurational temperature).
+        :attr:`virial_wanted` (kept until the next such gradient), over every parameter; divided by ``D`` it
+        is the configurational temperature. None before the first.
 
     Raises
     ------

@@ -222,10 +222,13 @@ def test_a_healthy_chain_has_a_configurational_temperature_of_one(iris, sampler)
         est.fit(X, y)
     assert est.diagnostics_["configurational_temperature"] == pytest.approx(1.0, abs=0.05)
     assert not any("configurational" in str(w.message) for w in caught)
-    # measured at the first step after the burn-in and at each of the 100 draws, recorded at every step
+    # measured at each of the 100 draws (also in the sample statistics), recorded at every step as the latest
     steps, fields = est.step_stats_.since(est.trace_.burn_in)
     values = fields["configurational_temperature"][0]
-    assert np.all(np.isfinite(values)) and len(np.unique(values)) == 101
+    at_draws = est.get_sample_stats()["configurational_temperature"].ravel()
+    assert np.all(np.isfinite(values)) and len(np.unique(values)) == 100
+    assert set(np.unique(values)) == set(at_draws)
+    assert est.diagnostics_["configurational_temperature"] == pytest.approx(float(np.mean(at_draws)), rel=1e-5)
     est, _ = _fit(iris, sampler="hmc", burn_in=100, n_draws=10, thinning=1)
     assert "configurational_temperature" not in est.diagnostics_
 
@@ -246,3 +249,21 @@ def test_positions_short_of_their_typical_set_warn_cold(iris):
     assert measured < 0.7 and len(cold) == 1 and cold[0].startswith("a chain ran cold")
     assert f"averaged {measured:.3g} after burn-in" in cold[0]
     assert cold[0].endswith("Increase burn_in (now 300 steps), or set a larger step size than sampler__step_size=1e-05.")
+
+
+def test_the_cold_positions_warning_comes_from_the_process_groups():
+    """With ``n_jobs`` the merged estimator has no step statistics of its own: the temperature checks read each
+    group's (before, a hot or cold chain in a group raised nothing with ``n_jobs=2``)."""
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    kw = dict(hidden_layer_sizes=(16,), sampler="sgld", sampler__step_size=1e-5, batch_size=8, burn_in=300,
+              n_draws=50, n_chains=2, random_state=0)
+    messages = {}
+    for n_jobs in (None, 2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est = BayesianMLPClassifier(**kw, n_jobs=n_jobs).fit(X, y)
+        messages[n_jobs] = [str(w.message) for w in caught if "configurational" in str(w.message)]
+        assert est.diagnostics_["configurational_temperature"] < 0.7
+    assert len(messages[2]) == 1 and messages[2][0].startswith("a chain ran cold")
+    assert messages[2] == messages[None]  # the same chains, so the same worst figure

@@ -204,11 +204,12 @@ ATTRIBUTES_DOC = """
         ``potential``, ``kinetic_temperature`` (samplers with momentum; about
         ``temperature`` when the step size is right),
         ``configurational_temperature`` (the virial ``theta . grad U / D``,
-        measured at the first step after the burn-in and at every draw by
-        samplers whose gradients are taken at their positions: sgld, sghmc,
-        sgnht, baoab, eqn; about ``temperature`` at equilibrium, below it
-        while the positions have not reached their typical set; not
-        measured on the compiled path), ``thermostat`` (sgnht),
+        measured at every draw by samplers whose gradients are taken at
+        their positions: sgld, sghmc, sgnht, baoab, eqn; about
+        ``temperature`` at equilibrium, below it while the positions have
+        not reached their typical set; not measured on the compiled path,
+        which ``compile="auto"`` takes for runs of 20,000 steps or more
+        after the warm-up), ``thermostat`` (sgnht),
         ``acceptance_rate`` and ``n_divergent`` (hmc), ``n_steps``, and
         ``max_rhat``/``min_ess_bulk`` over ``convergence_`` (function-space
         quantities only); pt-langevin adds

@@ -402,25 +402,29 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         the device was read) and ``nonfinite`` (slots whose due draw was not finite).
         """
         compiled = self.__dict__.get("compiled_step_")
+        compiled = compiled if compiled is not None and self.sampler_state_.warmup is None else None
         posterior, trace = self.posterior_, self.trace_
-        # the configurational temperature after the burn-in, measured (from the eager kernel's gradient) at the
-        # first step and at every draw, and recorded at every step as the latest measurement
+        # the configurational temperature after the burn-in: measured from the eager kernel's gradient at every
+        # draw step (the trace keeps steps burn_in + 1, + 1 + thinning, ...), recorded at every eager step as the
+        # latest measurement (the compiled kernel does not go through value_and_grad: NaN)
         after = self.sampler_state_.step + 1 - trace.burn_in
         virial = after > 0 and "configurational_temperature" in self.step_stats_.fields
-        posterior.virial_wanted = virial and (after == 1 or after % trace.thinning == 0)
-        if compiled is not None and self.sampler_state_.warmup is None:  # the frozen kernel, compiled
-            state, info = compiled(self.sampler_state_, posterior, batch)
-        else:
-            state, info = self.sampler_.step(self.sampler_state_, posterior, batch)
+        posterior.virial_wanted = virial and compiled is None and (after - 1) % trace.thinning == 0
+        try:
+            if compiled is not None:  # the frozen kernel, compiled
+                state, info = compiled(self.sampler_state_, posterior, batch)
+            else:
+                state, info = self.sampler_.step(self.sampler_state_, posterior, batch)
+        finally:
+            posterior.virial_wanted = False
         step = state.step
         self.steps_remaining_ -= 1
         self.steps_this_call_ += 1
         fields = info.fields()
         if virial:
-            if posterior.virial is not None:
-                self._configurational_last = posterior.virial / posterior.n_parameters_per_member
-                posterior.virial = None
-            fields["configurational_temperature"] = self.__dict__.get("_configurational_last", float("nan"))
+            measured = posterior.virial if compiled is None else None
+            fields["configurational_temperature"] = (float("nan") if measured is None else
+                                                     measured / posterior.n_parameters_per_member)
         self.step_stats_.record(step, fields)
         nonfinite = trace.offer(step, state.position, fields, info.is_draw)
         return {"loss": info.potential.mean() / self.n_train_, "y_pred": None, "info": info, "step": step,

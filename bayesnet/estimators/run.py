@@ -610,7 +610,8 @@ RHAT_WARN = 1.1
 #: ... or the log-likelihood's bulk ESS is below this many effective draws (all chains together)
 ESS_WARN = 10.0
 #: ... or a chain's kinetic temperature, averaged after burn-in, is off its target by more than this fraction
-#: (plus the chance spread of an average of D squares, 3 sqrt(2 / D))
+#: (plus the chance spread of an average of D squares, 3 sqrt(2 / D)), or its configurational temperature (plus
+#: three standard errors of its mean)
 HEAT_WARN = 0.15
 
 
@@ -650,9 +651,23 @@ def convergence_messages(net, state) -> list[str]:
 
 def _temperature_messages(net, state) -> list[str]:
     """A chain whose mean kinetic or configurational temperature after the burn-in is off its target (the worst
-    member of each): the kinetic by more than ``HEAT_WARN`` plus three chance spreads ``sqrt(2/D)`` of a mean of
-    ``D`` squares, the configurational by more than ``HEAT_WARN`` plus three standard errors of its mean (from its
-    effective sample size over the steps after the burn-in that ``step_stats_`` still holds)."""
+    member of each, over the process groups with ``n_jobs``): the kinetic by more than ``HEAT_WARN`` plus three
+    chance spreads ``sqrt(2/D)`` of a mean of ``D`` squares, the configurational by more than ``HEAT_WARN`` plus
+    three standard errors of its mean (from its effective sample size over the steps after the burn-in that
+    ``step_stats_`` still holds)."""
+    groups = [(net, state)] if getattr(net, "step_stats_", None) is not None else \
+        [(shard, shard.sampler_state_) for shard in getattr(net, "shards_", None) or []]
+    worst = {}  # field -> (excess over its tolerance, message)
+    for group, group_state in groups:
+        for field, excess, message in _temperature_findings(group, group_state):
+            if field not in worst or excess > worst[field][0]:
+                worst[field] = (excess, message)
+    return [worst[field][1] for field in ("kinetic_temperature", "configurational_temperature") if field in worst]
+
+
+def _temperature_findings(net, state) -> list[tuple[str, float, str]]:
+    """``(field, excess, message)`` for each temperature of one group's chains off its target (see
+    :func:`_temperature_messages`)."""
     out = []
     stats = getattr(net, "step_stats_", None)
     if state is None or stats is None:
@@ -673,23 +688,25 @@ def _temperature_messages(net, state) -> list[str]:
             continue
         ratio, tolerance, means = means[keep] / target, tolerance[keep], means[keep]
         k = int(np.argmax(np.abs(ratio - 1.0) - tolerance))
-        if abs(ratio[k] - 1.0) <= tolerance[k]:
+        excess = float(abs(ratio[k] - 1.0) - tolerance[k])
+        if excess <= 0.0:
             continue
         word = "hot" if ratio[k] > 1 else "cold"
         figure = f"averaged {means[k]:.3g} after burn-in against a target of {target:g} (more than {tolerance[k]:.0%} off)"
         if field == "kinetic_temperature":
-            out.append(f"a chain ran {word}: its kinetic temperature {figure}, so it does not sample the posterior "
+            message = (f"a chain ran {word}: its kinetic temperature {figure}, so it does not sample the posterior "
                        f"at its temperature. {_step_advice(net, state)}.")
         elif word == "hot":
-            out.append(f"a chain ran hot: its configurational temperature (the virial theta . grad U / D) {figure}: "
+            message = (f"a chain ran hot: its configurational temperature (the virial theta . grad U / D) {figure}: "
                        "its positions spread wider than the posterior at its temperature (too large a step for "
                        f"the mini-batch noise). {_step_advice(net, state)}.")
         else:
             step = getattr(net.sampler_, "step_size", "auto")
             larger = "" if isinstance(step, str) else f", or set a larger step size than sampler__step_size={step!r}"
-            out.append(f"a chain ran cold: its configurational temperature (the virial theta . grad U / D) {figure}: "
+            message = (f"a chain ran cold: its configurational temperature (the virial theta . grad U / D) {figure}: "
                        "its positions had not reached (or not yet explored) the posterior's typical set when the "
                        f"draws were kept. Increase burn_in (now {burn_in_words(net)}){larger}.")
+        out.append((field, excess, message))
     return out
 
 

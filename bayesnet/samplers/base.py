@@ -359,10 +359,11 @@ class Sampler(BaseEstimator):
         pt-langevin).
 
         The configurational temperature is the virial :math:`\theta \cdot \nabla U(\theta) / D`, with
-        :math:`U` the potential at temperature 1 (its mini-batch estimate is unbiased) and ``D`` the numbers
-        per member: for :math:`\theta \sim \pi \propto e^{-U/T}` integration by parts gives
+        :math:`U` the potential at temperature 1 (its mini-batch estimate is unbiased, up to the rows an epoch
+        has already used to move the chain) and ``D`` the numbers per member: for
+        :math:`\theta \sim \pi \propto e^{-U/T}` integration by parts gives
         :math:`E[\theta_i \partial_i U] = T` for each coordinate (the virial theorem; TATi reports it,
-        Leimkuhler et al.). It needs no momenta, so it also checks sgld, and it catches what the kinetic
+        Heber et al. 2020). It needs no momenta, so it also checks sgld, and it catches what the kinetic
         temperature cannot: positions that have not reached their typical set, or that mini-batch noise has
         spread."""
         return float(getattr(self, "temperature", 1.0)) if self.gradients_at_positions else None
