@@ -211,7 +211,7 @@ def test_the_virial_is_theta_dot_the_gradient_of_the_potential(iris):
 @pytest.mark.parametrize("sampler", ["sgld", "sghmc"])
 def test_a_healthy_chain_has_a_configurational_temperature_of_one(iris, sampler):
     """At equilibrium ``E[theta . grad U] = D T`` (integration by parts), so the configurational temperature of
-    the steps after the burn-in averages the sampler's temperature: 0.97-1.01 for sgld, sghmc, sgnht, baoab and
+    the steps after the burn-in averages the sampler's temperature: 0.98-1.01 for sgld, sghmc, sgnht, baoab and
     eqn at their defaults on iris, breast cancer and wine (benchmarks/README.md); here within 5 %, with no
     warning. hmc (gradients at leapfrog positions, not draws) reports none. (A network of 4 hidden units mixes
     too slowly in its scale for this: 0.48-1.16 after 1000-5000 burn-in steps.)"""
@@ -235,7 +235,7 @@ def test_a_healthy_chain_has_a_configurational_temperature_of_one(iris, sampler)
 
 def test_positions_short_of_their_typical_set_warn_cold(iris):
     """SGLD at an explicit step of 1e-5 on mini-batches of 8 rows moves too little in 300 burn-in steps to leave
-    its initial, too-small weights: the configurational temperature is about 0.5 (0.49-0.62 over three seeds),
+    its initial, too-small weights: the configurational temperature is 0.24-0.44 over three seeds,
     which the kinetic temperature cannot show (sgld has no momenta), and the warning gives the figure and asks for a
     longer burn-in or a larger step."""
     X, y = iris
@@ -267,3 +267,26 @@ def test_the_cold_positions_warning_comes_from_the_process_groups():
         assert est.diagnostics_["configurational_temperature"] < 0.7
     assert len(messages[2]) == 1 and messages[2][0].startswith("a chain ran cold")
     assert messages[2] == messages[None]  # the same chains, so the same worst figure
+
+
+def test_a_chain_still_relaxing_is_told_to_burn_in_longer(iris, monkeypatch):
+    """A configurational temperature off its target that moved towards it through every quarter of the kept steps
+    (sgld on diabetes at its defaults, one seed: 1.54, 1.44, 1.42, 1.29) is a chain still relaxing after its
+    burn-in, not a step too large: the warning says so, with the quarters, and asks for a longer burn-in; the same
+    mean without the trend gets the step-size advice."""
+    from bayesnet.estimators import run
+
+    est, _ = _fit(iris, sampler="sgld", burn_in=300, n_draws=40)
+    series = {"falling": np.linspace(1.6, 1.3, 4000), "level": np.tile([1.6, 1.3], 2000)}
+    for name, values in series.items():
+        monkeypatch.setattr(run, "_after_burn_in", lambda stats, field, burn_in, v=values: [v])
+        monkeypatch.setattr(est.step_stats_, "member_means", lambda field, v=values:
+                            np.array([v.mean()]) if field == "configurational_temperature" else None)
+        messages = run._temperature_messages(est, est.sampler_state_)
+        assert len(messages) == 1 and messages[0].startswith("a chain ran hot"), messages
+        if name == "falling":
+            assert "still moving towards its target" in messages[0] and "(its mean over each quarter of them: " \
+                "1.56, 1.49, 1.41, 1.34)" in messages[0]
+            assert messages[0].endswith("Increase burn_in (now 300 steps) and fit anew.")
+        else:
+            assert "still moving" not in messages[0] and "too large a step" in messages[0]

@@ -679,23 +679,34 @@ def _temperature_findings(net, state) -> list[tuple[str, float, str]]:
         means = stats.member_means(field)
         if not target or means is None:
             continue
+        series = None
         if field == "kinetic_temperature":
             tolerance = np.full(means.shape, HEAT_WARN + 3.0 * math.sqrt(2.0 / max(D, 1)))
         else:
-            tolerance = HEAT_WARN + 3.0 * _standard_errors(stats, field, net.trace_.burn_in) / target
+            series = _after_burn_in(stats, field, net.trace_.burn_in)
+            tolerance = HEAT_WARN + 3.0 * np.array([_standard_error(x) for x in series]) / target
         keep = alive & np.isfinite(means) & np.isfinite(tolerance)  # (none measured on the compiled path)
         if not keep.any():
             continue
-        ratio, tolerance, means = means[keep] / target, tolerance[keep], means[keep]
-        k = int(np.argmax(np.abs(ratio - 1.0) - tolerance))
-        excess = float(abs(ratio[k] - 1.0) - tolerance[k])
+        k = int(np.flatnonzero(keep)[np.argmax((np.abs(means / target - 1.0) - tolerance)[keep])])
+        excess = float(abs(means[k] / target - 1.0) - tolerance[k])
         if excess <= 0.0:
             continue
-        word = "hot" if ratio[k] > 1 else "cold"
-        figure = f"averaged {means[k]:.3g} after burn-in against a target of {target:g} (more than {tolerance[k]:.0%} off)"
+        word = "hot" if means[k] > target else "cold"
+        figure = (f"averaged {means[k]:.3g} after burn-in against a target of {target:g} (more than "
+                  f"{tolerance[k]:.0%} off)")
+        # still relaxing towards the target: its mean over each quarter of the kept part moved towards it every time
+        quarters = [float(q.mean()) for q in np.array_split(series[k], 4)] if series is not None else []
+        relaxing = len(quarters) == 4 and all((a > b) if word == "hot" else (a < b)
+                                              for a, b in zip(quarters, quarters[1:]))
         if field == "kinetic_temperature":
             message = (f"a chain ran {word}: its kinetic temperature {figure}, so it does not sample the posterior "
                        f"at its temperature. {_step_advice(net, state)}.")
+        elif relaxing:
+            message = (f"a chain ran {word}: its configurational temperature (the virial theta . grad U / D) {figure}, "
+                       "and it was still moving towards its target while the draws were kept (its mean over each "
+                       f"quarter of them: {', '.join(f'{q:.3g}' for q in quarters)}): the chain had not reached "
+                       f"equilibrium. Increase burn_in (now {burn_in_words(net)}) and fit anew.")
         elif word == "hot":
             message = (f"a chain ran hot: its configurational temperature (the virial theta . grad U / D) {figure}: "
                        "its positions spread wider than the posterior at its temperature (too large a step for "
@@ -710,17 +721,18 @@ def _temperature_findings(net, state) -> list[tuple[str, float, str]]:
     return out
 
 
-def _standard_errors(stats, field: str, burn_in: int) -> np.ndarray:
-    """Per member, the standard error of the mean of ``field`` over the steps after ``burn_in`` that ``stats``
-    still holds: their standard deviation over the square root of their effective sample size (NaN for a member
-    with fewer than 20 finite values)."""
+def _after_burn_in(stats, field: str, burn_in: int) -> list[np.ndarray]:
+    """Per member, the finite values of ``field`` at the steps after ``burn_in`` that ``stats`` still holds."""
     _, values = stats.since(burn_in)
-    out = np.full(stats.n_members, np.nan)
-    for k, x in enumerate(values[field].astype(np.float64)):
-        x = x[np.isfinite(x)]
-        if x.size >= 20:
-            out[k] = float(np.std(x, ddof=1)) / math.sqrt(max(effective_sample_size(x), 1.0))
-    return out
+    return [x[np.isfinite(x)] for x in values[field].astype(np.float64)]
+
+
+def _standard_error(x: np.ndarray) -> float:
+    """The standard error of the mean of the series ``x``: its standard deviation over the square root of its
+    effective sample size (NaN with fewer than 20 values)."""
+    if x.size < 20:
+        return float("nan")
+    return float(np.std(x, ddof=1)) / math.sqrt(max(effective_sample_size(x), 1.0))
 
 
 def _step_advice(net, state) -> str:
