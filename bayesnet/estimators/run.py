@@ -536,14 +536,14 @@ def pointwise_summary(ll: np.ndarray) -> dict:
     percentile of R-hat and 10th of ESS (``rhat_q90``, ``ess_bulk_q10``: the slowest rows, reported).
 
     The warnings read the median because the 90th percentile of 64 rows' R-hat is an extreme of noisy figures:
-    rows whose chains are stationary but autocorrelated, with the 5-20 effective draws per 100 that a default
+    rows whose chains are stationary but autocorrelated, with the 5-30 effective draws per 100 that a default
     fit's rows have, put it above 1.1 nearly every time (64 stationary AR(1) rows of coefficient 0.8, about 15
     effective draws in 100: their 90th percentile exceeds 1.1 in 100 % of runs, their median in none;
-    ``tests/test_convergence.py``),
-    and a longer run did not bring it down (the rows near 1.1 are confidently predicted rows whose probability
-    wanders between 0.97 and 1.0 over thousands of steps). The median, or the summed log-likelihood's R-hat,
-    stays above 1.1 on chains that are still fitting (23 of 24 of the defaults panel's tabular fits with a
-    burn-in of 100 steps; benchmarks/README.md, "The per-row figure the warnings read")."""
+    ``tests/test_convergence.py``), and a longer run did not bring it down (the rows near 1.1 are confidently
+    predicted rows whose probability wanders between 0.97 and 1.0 over thousands of steps). The median, or the
+    summed log-likelihood's R-hat, stays above 1.1 on chains that are still fitting (23 of 24 of the defaults
+    panel's tabular fits with a burn-in of 100 steps; benchmarks/README.md, "The per-row figure the warnings
+    read")."""
     rhat = rank_normalized_split_rhat_many(ll)  # all rows at once (a loop cost 30 ms per fit)
     ess = bulk_effective_sample_size_many(ll)
     return {"rhat": float(np.median(rhat)), "ess_bulk": float(np.median(ess)),
