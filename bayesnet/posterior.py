@@ -234,9 +234,9 @@ class ChainPosterior:
         When True, :meth:`value_and_grad` also stores :attr:`virial` (set by the estimators after the
         burn-in, for samplers with a :meth:`~bayesnet.samplers.Sampler.configurational_target`).
     virial : Tensor or None
-        ``(S,)``: :math:`\theta \cdot \nabla U(\theta)` per member at the last gradient taken while
-        :attr:`virial_wanted` (kept until the next such gradient), over every parameter; divided by ``D`` it
-        is the configurational temperature. None before the first.
+        ``(S,)``: :math:`\theta \cdot \nabla U(\theta) / D` per member (``D`` the numbers per member, every
+        parameter counted), the configurational temperature, at the last gradient taken while
+        :attr:`virial_wanted` (kept until the next such gradient). None before the first.
 
     Raises
     ------
@@ -338,9 +338,9 @@ class ChainPosterior:
         """:attr:`virial` from the gradients just taken, when wanted (one dot product per tensor and member)."""
         if self.__dict__.get("virial_wanted"):
             with torch.no_grad():
-                self.virial = torch.stack([torch.linalg.vecdot(p.detach().reshape(p.shape[0], -1),
-                                                               g.reshape(g.shape[0], -1))
-                                           for p, g in zip(self.parameters, grads)]).sum(0)
+                dots = [torch.linalg.vecdot(p.detach().reshape(p.shape[0], -1), g.reshape(g.shape[0], -1))
+                        for p, g in zip(self.parameters, grads)]
+                self.virial = torch.stack(dots).sum(0) / self.n_parameters_per_member
 
     def functional(self):
         """The potentials as a pure function, for a compiled transition: ``fn(parameters, X, y, factors, offset)``

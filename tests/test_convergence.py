@@ -188,7 +188,7 @@ def test_a_default_fit_on_breast_cancer_raises_no_warning():
 
 
 def test_the_virial_is_theta_dot_the_gradient_of_the_potential(iris):
-    """``ChainPosterior.virial`` (taken with the closed-form prior gradient the samplers use) equals
+    """``ChainPosterior.virial`` (taken with the closed-form prior gradient the samplers use) times ``D`` equals
     ``theta . grad U`` per member with ``grad U`` from autograd through the whole potential."""
     import torch
 
@@ -204,8 +204,8 @@ def test_the_virial_is_theta_dot_the_gradient_of_the_potential(iris):
         posterior.value_and_grad(batch)
     finally:
         posterior.virial_wanted = False
-    assert posterior.virial.shape == (2,)
-    assert torch.allclose(posterior.virial, expected, rtol=1e-4, atol=1e-3)
+    assert posterior.virial.shape == (2,)  # divided by D: the configurational temperature
+    assert torch.allclose(posterior.virial * posterior.n_parameters_per_member, expected, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("sampler", ["sgld", "sghmc"])

@@ -421,10 +421,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         self.steps_remaining_ -= 1
         self.steps_this_call_ += 1
         fields = info.fields()
-        if virial:
+        if virial:  # the latest measurement (per member, already divided by D), recorded until the next
             measured = posterior.virial if compiled is None else None
-            fields["configurational_temperature"] = (float("nan") if measured is None else
-                                                     measured / posterior.n_parameters_per_member)
+            fields["configurational_temperature"] = float("nan") if measured is None else measured
         self.step_stats_.record(step, fields)
         nonfinite = trace.offer(step, state.position, fields, info.is_draw)
         return {"loss": info.potential.mean() / self.n_train_, "y_pred": None, "info": info, "step": step,

@@ -520,7 +520,7 @@ def convergence(net) -> dict:
         total = ll[:, :, finite].sum(axis=2)
         out["log_likelihood"] = {"rhat": rank_normalized_split_rhat(total), "ess_bulk": bulk_effective_sample_size(total),
                                  "ess_tail": tail_effective_sample_size(total),
-                                 "quarters": [float(part.mean()) for part in np.array_split(total, 4, axis=1)],
+                                 "quarters": quarter_means(total),
                                  "rows": int(finite.sum())}
         out["pointwise_log_likelihood"] = pointwise_summary(ll[:, :, np.flatnonzero(finite)[:POINTWISE_ROWS]])
     potentials = trace.as_array(potentials=True, active_only=True)
@@ -528,6 +528,19 @@ def convergence(net) -> dict:
         out["potential"] = {"rhat": rank_normalized_split_rhat(potentials),
                             "ess_bulk": bulk_effective_sample_size(potentials)}
     return out
+
+
+def quarter_means(x: np.ndarray) -> list[float]:
+    """The mean over each quarter of ``x``'s last axis (the draws, or the steps; all chains together), every value
+    counted (``np.array_split``: the last ones, where a trend shows, too)."""
+    return [float(part.mean()) for part in np.array_split(x, 4, axis=-1)]
+
+
+def monotone(quarters: list[float], rising: bool) -> bool:
+    """Whether the four ``quarters`` rise (``rising``) or fall every time: a trend through the kept draws (a
+    stationary chain's four quarter means come out in one given order 1 time in 24, more often when it mixes
+    slowly)."""
+    return len(quarters) == 4 and all((a < b) if rising else (a > b) for a, b in zip(quarters, quarters[1:]))
 
 
 def pointwise_summary(ll: np.ndarray) -> dict:
@@ -635,7 +648,7 @@ def convergence_messages(net, state) -> list[str]:
         # often when it mixes slowly; a chain still fitting, nearly always). A convergence_ from before the
         # quarters has none: the general advice.
         quarters = ll.get("quarters") if ll is not None else None
-        rising = quarters is not None and ll["rhat"] > RHAT_WARN and all(a < b for a, b in zip(quarters, quarters[1:]))
+        rising = quarters is not None and ll["rhat"] > RHAT_WARN and monotone(quarters, rising=True)
         why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
                f"of the draws, summed over {ll['rows']} training rows: "
                f"{', '.join(f'{v:.4g}' for v in quarters)}): the chains were most likely still fitting. Increase "
@@ -696,9 +709,8 @@ def _temperature_findings(net, state) -> list[tuple[str, float, str]]:
         figure = (f"averaged {means[k]:.3g} after burn-in against a target of {target:g} (more than "
                   f"{tolerance[k]:.0%} off)")
         # still relaxing towards the target: its mean over each quarter of the kept part moved towards it every time
-        quarters = [float(q.mean()) for q in np.array_split(series[k], 4)] if series is not None else []
-        relaxing = len(quarters) == 4 and all((a > b) if word == "hot" else (a < b)
-                                              for a, b in zip(quarters, quarters[1:]))
+        quarters = quarter_means(series[k]) if series is not None else []
+        relaxing = monotone(quarters, rising=word == "cold")
         if field == "kinetic_temperature":
             message = (f"a chain ran {word}: its kinetic temperature {figure}, so it does not sample the posterior "
                        f"at its temperature. {_step_advice(net, state)}.")
