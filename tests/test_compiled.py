@@ -55,15 +55,18 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
 #: every sampler that declares a pure transition, with each of its step compositions
 PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme": "BAOAB"}),
         ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"}),
-        ("eqn", {"sampler__n_walkers": 4}), ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_interval": 7}),
+        ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_blending": 0.0}), ("eqn", {"sampler__n_walkers": 4}),
+        ("eqn", {"sampler__n_walkers": 4, "sampler__step_size": 0.01, "sampler__covariance_interval": 7}),
         ("tacthmc", {"sampler__steps_per_sample": 5}),
         ("tacthmc", {"sampler__biasing": "metadynamics", "sampler__resample_momentum": True,
                      "sampler__steps_per_sample": 4}),
         ("hmc", {}), ("pt-langevin", {"sampler__n_replicas": 4, "sampler__swap_interval": 5})]
-#: eqn with B_i = I throughout (no update within 1,000 steps), and with updates at steps 105, 112, 119, 126
+#: eqn with B_i = I throughout (covariance_blending=0), with the B_i its warm-up set at step 90 and froze, and at an
+#: explicit step (the paper's mode) with updates at steps 105, 112, 119, 126
 #: tacthmc with ABF (a draw every 5th step), and with metadynamics and the momenta resampled eagerly between
 #: compiled steps at every 4th (both with one chain on the plateau, drawing, and one off it, below)
-PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-updates",
+PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-frozen",
+            "eqn-updates",
             "tacthmc", "tacthmc-metadynamics-resampled", "hmc", "pt-langevin"]
 
 
@@ -92,8 +95,9 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         for state in (eager_state, pure_state):  # the biasing force and table all take part (on it, lambda = 1,
             state.xi = torch.tensor([0.2, -0.9])  # 0); chain 0 on it, taking draws (and resampling)
             state.xi_momentum = torch.tensor([1e-3, 2e-3])
-    if sampler == "eqn":  # the path each case is for: B_i = I throughout, or a snapshot from step 98 and refreshes
-        assert (pure_state.snapshot is None) == (extra.get("sampler__covariance_interval", 1000) == 1000)
+    if sampler == "eqn":  # the path each case is for: B_i = I throughout, or a snapshot (frozen, or refreshed)
+        assert (pure_state.snapshot is None) == (extra.get("sampler__covariance_blending") == 0.0)
+        assert pure_state.follows_warmup == ("sampler__step_size" not in extra)
     pure = CompiledTransition(est.sampler_, pure_post, pure_state.layout, compile=False)
     draws = []
     for _ in range(25):
@@ -129,7 +133,8 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         torch.testing.assert_close(got.potential, want.potential, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50}),
+@pytest.mark.parametrize("sampler,extra", [("baoab", {}), ("eqn", {"sampler__covariance_interval": 50,
+                                                                    "sampler__step_size": 0.01}),
                                            ("tacthmc", {"sampler__steps_per_sample": 10,
                                                         "sampler__resample_momentum": True}),
                                            ("hmc", {"batch_size": -1}),
@@ -140,7 +145,7 @@ def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
     rounding (the
     step-for-step check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU
     unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
-    eqn's preconditioner is refreshed at steps 100 and 150, TACT-HMC's momenta resampled at every draw, both
+    eqn's preconditioner (at an explicit step, the paper's mode) is refreshed at steps 100 and 150, TACT-HMC's momenta resampled at every draw, both
     eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager,
     pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need)."""
     X, y = cancer

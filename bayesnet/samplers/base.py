@@ -436,6 +436,14 @@ class Sampler(BaseEstimator):
             step = torch.minimum(step, noise_budget / noise_fraction.clamp_min(1e-12))
         return step
 
+    def prepare_step_size(self, state: SamplerState):
+        """Called by the warm-up whenever it is about to measure the curvature for a new step size (at its start
+        and at each window's end, after the new mass is set). A kernel whose step is preconditioned by more
+        than the diagonal mass sets that preconditioner here and returns it as a symmetric linear map on
+        vectors shaped like the positions, in the mass's coordinates (eqn's walkers' covariance ``B_i``), so
+        that the curvature measured is the one its step meets; None (the default): the mass alone."""
+        return None
+
     def warmup_frozen(self, state: SamplerState) -> None:
         """Called once, when the warm-up freezes (samplers that average their adapted step set it here)."""
 

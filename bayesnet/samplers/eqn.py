@@ -22,6 +22,9 @@ from .warmup import HEAT, WARMUP_DOC, Preconditioner, flatten, member_view, regr
 
 __all__ = ["EQN", "EQNState"]
 
+#: :math:`\eta` of Heber et al. 2020 (TATi) Sec. 5.3.2, what ``covariance_blending="auto"`` is with a given step
+PAPER_BLENDING = 10.0
+
 
 @dataclass(kw_only=True)
 class EQNState(MomentumState):
@@ -39,6 +42,12 @@ class EQNState(MomentumState):
         :math:`B_i \\nabla U` at the current positions.
     preconditioner_scale : Tensor or None, shape (S,)
         The largest eigenvalue of each walker's :math:`B_i`.
+    follows_warmup : bool
+        Whether the :math:`B_i` are set by the warm-up and frozen with it (``step_size="auto"``), instead of
+        refreshed every ``covariance_interval`` steps.
+    snapshot_fresh : bool
+        Set when the warm-up has just refreshed the :math:`B_i` for the new mass (consumed by
+        :meth:`EQN.preconditioner_changed`, which otherwise drops a snapshot taken in the old coordinates).
     """
 
     grad: list[Tensor] | None = None
@@ -46,6 +55,8 @@ class EQNState(MomentumState):
     coefficients: Tensor | None = None
     preconditioned_grad: list[Tensor] | None = None
     preconditioner_scale: Tensor | None = None
+    follows_warmup: bool = False
+    snapshot_fresh: bool = False
 
 
 def _selection(n_walkers: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -131,12 +142,17 @@ class EQN(Sampler):
     Parameters
     ----------
     step_size : float or "auto", default="auto"
-        "auto" is set by the warm-up from the curvature the walkers' term adds
-        (below): :math:`\varepsilon^2(\lambda_{max}(M^{-1}H) + \eta T(\sqrt D + \sqrt{L-1})^2) = 1`,
-        and as :class:`BAOAB`'s for the gradient noise. The walkers of a chain
-        share one diagonal mass :math:`M` (``preconditioner``; the mean of
-        theirs) and run in its coordinates :math:`q = M^{1/2}\theta`, where
-        :math:`B_i` is built from the other walkers' :math:`q`. A number is
+        "auto" is set by the warm-up as :class:`BAOAB`'s,
+        :math:`\varepsilon^2 \lambda_{max} = 1` and capped for the gradient
+        noise, with the curvature and the noise measured as the step applies
+        them: :math:`\lambda_{max}` of
+        :math:`B_i M^{-1/2} \nabla^2 U M^{-1/2} B_i`, the noise as
+        :math:`B_i M^{-1/2}` carries it. The walkers of a chain share one
+        diagonal mass :math:`M` (``preconditioner``; the mean of theirs) and
+        run in its coordinates :math:`q = M^{1/2}\theta`, where :math:`B_i` is
+        built from the other walkers' :math:`q`; the warm-up sets the
+        :math:`B_i` and freezes them with the step size (see
+        ``covariance_interval``). A number is
         the time step :math:`\varepsilon > 0`, in the units of :class:`BAOAB`'s
         (``p`` has units of :math:`\sqrt{T}`). The preconditioner lowers the
         stable step: along a deviation :math:`d` of another walker
@@ -160,11 +176,30 @@ class EQN(Sampler):
         :math:`L \ge 1` walkers per chain. ``L = 1`` (no other walker) and
         ``L = 2`` (one other walker, covariance zero) give :math:`B = I`:
         BAOAB on every walker.
-    covariance_blending : float, default=10.0
+    covariance_blending : float or "auto", default="auto"
         :math:`\eta \ge 0` of eq. (19), in units of 1 / (position units)^2;
         ``0`` gives BAOAB on every walker. Heber et al. 2020 (TATi) use 10 for the Gaussian
         models of Sec. 5.3.2 and up to 1e4 for MNIST (Sec. 5.3.3). It sets
-        the stable step size (see ``step_size``).
+        the stable step size (see ``step_size``). "auto" is
+        :math:`(L - 1) / (T D)` when the warm-up sets the :math:`B_i`
+        (``step_size="auto"``; :math:`D` parameters per walker, in the mass's
+        coordinates, where the target's spread is about :math:`T` per
+        coordinate), and the paper's 10 at a given step size. The reason: the
+        :math:`L - 1` other walkers' sample covariance has eigenvalues of
+        about :math:`T D / (L - 1)` along their own deviations even for an
+        isotropic target, so :math:`\eta = 10` stretches those directions by
+        :math:`\sqrt{1 + 10 T D / (L - 1)}` (about 30 for a 600-parameter
+        network with 8 walkers; up to 900 measured on the defaults panel,
+        whose walkers sit further apart), and the step, the curvature along
+        them, falls by as much; "auto" makes that stretch
+        :math:`\sqrt 2` for an isotropic spread. Measured on the panel
+        (benchmarks/README.md): eta = 10 at the estimators' defaults diverged
+        on make_friedman1 and sunspots before the warm-up measured the
+        :math:`B_i`, and with it ran at a step 30x (the curvature) to 400x
+        (the gradient noise the :math:`B_i` amplify) smaller than
+        :math:`B_i = I` allows, unconverged (R-hat 1.7); "auto" (about
+        0.006-0.012 there) matches :math:`\eta = 0` within the seeds' spread on these
+        networks.
     covariance_interval : int, default=1000
         Steps between two updates of the :math:`B_i` (:math:`\ge 1`); the
         paper updates "typically every 1,000 steps" (Sec. 2). The first update happens at the
@@ -183,13 +218,18 @@ class EQN(Sampler):
         of the four slowest directions came out 0.99, 1.03, 1.01, 0.97
         (+-0.03) of the truth with 1000, 0.78-0.82 with 100, 0.19-0.24 with
         10 or 1 (the 7 other walkers span 6 of the 64 directions); in 4-D,
-        where the walkers decorrelate within a few steps, 100 is unbiased. With the
-        estimators' defaults on up to 640 rows (``burn_in="auto"`` is then 1000
-        steps, about 2000 in all) the single update comes at the end of the
-        burn-in, from walkers that ran independently: every kept draw then uses
-        one :math:`B_i` that is independent of its walker. On more rows the
-        burn-in is longer (200 passes over the data) and the updates also come
-        during it, every ``covariance_interval`` steps. An update costs :math:`O(L^2 D)` per
+        where the walkers decorrelate within a few steps, 100 is unbiased.
+        That is the paper's schedule, which runs at a given step size. With
+        ``step_size="auto"`` the warm-up sets the :math:`B_i` instead
+        (:meth:`prepare_step_size`): at each of its window ends from step
+        ``covariance_interval`` on, and at its final window's start whenever
+        that comes (step 900 of the estimators' ``burn_in="auto"`` of 1000
+        steps on up to 640 rows), each time before it measures the step size
+        with them; those of the final window's start are frozen with the step
+        size, and the final window (10 % of the warm-up) tries them under the
+        warm-up's guard. Every kept draw then comes from one fixed kernel per
+        walker (a frozen preconditioner, as the warm-up's mass), which keeps
+        the target exactly. An update costs :math:`O(L^2 D)` per
         chain plus ``L`` eigendecompositions of size ``L - 1``.
 
 {warmup}
@@ -254,8 +294,9 @@ class EQN(Sampler):
 
     Compiled (``compile=True``, :mod:`bayesnet.samplers.compiled`): the step
     (18a-e) is one pure function whose snapshot :math:`P` and coefficients
-    :math:`M_i` are inputs, refreshed eagerly every ``covariance_interval``
-    steps, so a refresh recompiles nothing. It applies :math:`B_i` three
+    :math:`M_i` are inputs (at a given step size refreshed eagerly every
+    ``covariance_interval`` steps; with "auto" frozen before the compiled
+    steps begin), so a refresh recompiles nothing. It applies :math:`B_i` three
     times per step (it recomputes :math:`B_i\nabla U` from the cached
     gradient instead of keeping it), and while :math:`B_i = I` it applies a
     zero snapshot, so a walker with an infinite coordinate turns NaN in all
@@ -288,12 +329,12 @@ class EQN(Sampler):
         "friction": [Interval(Real, 0, np.inf, closed="neither")],
         "temperature": [Interval(Real, 0, np.inf, closed="neither")],
         "n_walkers": [Interval(Integral, 1, None, closed="left")],
-        "covariance_blending": [Interval(Real, 0, np.inf, closed="left")],
+        "covariance_blending": [Interval(Real, 0, np.inf, closed="left"), StrOptions({"auto"})],
         "covariance_interval": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(self, step_size: float | str = "auto", friction: float = 1.0, temperature: float = 1.0,
-                 n_walkers: int = 8, covariance_blending: float = 10.0, covariance_interval: int = 1000,
+                 n_walkers: int = 8, covariance_blending: float | str = "auto", covariance_interval: int = 1000,
                  preconditioner: str | None = "auto", adaptation_steps: int | str = "auto"):
         self.step_size = step_size
         self.friction = friction
@@ -314,20 +355,15 @@ class EQN(Sampler):
     def divergence_hint(self, state: EQNState) -> str:
         scale = state.preconditioner_scale
         now = f", largest stretch now {float(scale.max()):.3g}" if isinstance(scale, Tensor) else ""
-        return (f"{super().divergence_hint(state)} or sampler__covariance_blending={self.covariance_blending:g} "
+        return (f"{super().divergence_hint(state)} or sampler__covariance_blending={self._blending(state):.3g} "
                 f"(the preconditioner stretches the step by up to sqrt(1 + eta * the walkers' variance){now})")
 
     # ------------------------------------------------------------------ #
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
-        """``sqrt(stability / (lambda + eta T (sqrt(D) + sqrt(L - 1))^2))``, capped as BAOAB's for the gradient
-        noise: the walkers' term bounds the stretch ``1 + eta s`` of ``B_i`` along the walkers' spread, ``s``
-        the largest eigenvalue of the other walkers' Gram matrix in ``q``, near the edge of its Wishart law
-        for walkers at temperature ``T`` (measured: the mean, ``T D / (L - 1)``, let chains whose walkers
-        bunched up explode)."""
-        L = int(self.n_walkers)
-        walkers = (float(self.covariance_blending) * self.temperature * (math.sqrt(self._dim) + math.sqrt(L - 1)) ** 2
-                   if L >= 3 else 0.0)
-        step = torch.sqrt(self.stability / (curvature + walkers))
+        """``sqrt(stability / lambda)``, capped as BAOAB's for the gradient noise; ``lambda`` is measured with the
+        walkers' :math:`B_i` on both sides of the Hessian whenever the warm-up has set them
+        (:meth:`prepare_step_size`), so it is the curvature the preconditioned step meets."""
+        step = torch.sqrt(self.stability / curvature)
         if noise_fraction is not None:
             step = torch.minimum(step, 4.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
         return step
@@ -337,21 +373,77 @@ class EQN(Sampler):
 
     def preconditioner_changed(self, state: EQNState) -> None:
         """The walkers of a chain share their mean mass and step size (their ``B_i`` mixes their coordinates);
-        the covariance snapshot, taken in the old coordinates, is dropped (``B_i = I`` until the next update)."""
+        a covariance snapshot taken in the old coordinates is dropped (``B_i = I`` until the next update), one
+        that the warm-up has just taken for this mass (:meth:`prepare_step_size`) is kept."""
         pre, layout = state.precond, state.layout
+        fresh, state.snapshot_fresh = state.snapshot_fresh, False
+        if not fresh:
+            self._share_mass(state)
+            state.snapshot = state.coefficients = state.preconditioner_scale = None
         if layout.n_members is not None and layout.members_per_chain > 1:
             C, L = layout.chains, layout.members_per_chain
-            if pre.inverse_mass is not None:
-                m = pre.inverse_mass.reshape(C, L, -1).mean(1, keepdim=True).expand(C, L, -1)
-                pre.inverse_mass = m.reshape(pre.inverse_mass.shape).contiguous()
             pre.step_size = pre.step_size.reshape(C, L).mean(1, keepdim=True).expand(C, L).reshape(-1).contiguous()
-        state.snapshot = state.coefficients = state.preconditioned_grad = state.preconditioner_scale = None
+        state.preconditioned_grad = None
         super().preconditioner_changed(state)
+
+    def _share_mass(self, state: EQNState) -> None:
+        """The walkers of each chain take their mean inverse mass (one set of coordinates ``q`` per chain)."""
+        pre, layout = state.precond, state.layout
+        if pre.inverse_mass is not None and layout.n_members is not None and layout.members_per_chain > 1:
+            C, L = layout.chains, layout.members_per_chain
+            m = pre.inverse_mass.reshape(C, L, -1).mean(1, keepdim=True).expand(C, L, -1)
+            pre.inverse_mass = m.reshape(pre.inverse_mass.shape).contiguous()
+            pre.version += 1
+
+    def _adapted(self, state: EQNState) -> bool:
+        """Whether the warm-up sets the :math:`B_i` (``step_size="auto"`` with a warm-up): they are then frozen
+        with it, and ``covariance_blending="auto"`` is scaled to the walkers' dimension."""
+        return state.follows_warmup and self.step_size == "auto"
+
+    def _blending(self, state: EQNState) -> float:
+        r""":math:`\eta`: ``covariance_blending``, or for "auto" :math:`(L - 1) / (T D)` when the warm-up sets
+        the :math:`B_i` (in the mass's coordinates) and Heber et al.'s 10 otherwise."""
+        eta = self.covariance_blending
+        if eta != "auto":
+            return float(eta)
+        if not self._adapted(state):
+            return PAPER_BLENDING
+        D = sum(p[0].numel() for p in state.position) if state.layout.n_members is not None else \
+            sum(p.numel() for p in state.position)
+        return (int(self.n_walkers) - 1) / (float(self.temperature) * D)
+
+    def _refresh_due(self, state: EQNState) -> bool:
+        """Whether :meth:`step` refreshes the :math:`B_i` now: every ``covariance_interval`` steps, unless the
+        warm-up sets them (:meth:`prepare_step_size`) and they stay frozen after it."""
+        return not self._adapted(state) and state.step > 0 and state.step % self.covariance_interval == 0
+
+    def init(self, position, rng=None, n_chains=None) -> EQNState:
+        state = super().init(position, rng, n_chains)
+        state.follows_warmup = state.warmup is not None and state.warmup.adapt_step
+        return state
+
+    def prepare_step_size(self, state: EQNState):
+        r"""With ``step_size="auto"``, the warm-up sets the :math:`B_i`: at each window's end from step
+        ``covariance_interval`` on, and at the final window's start whenever that comes, from the walkers'
+        positions in the new mass's coordinates, before the curvature for the new step size is measured with
+        them. The :math:`B_i` of the final window's start are frozen with the step size: the kept draws come
+        from one fixed kernel per walker, and the step they run was measured, and tried, with them. Returns
+        the map :math:`v \mapsto B_i v` (None while :math:`B_i = I`)."""
+        if not self._adapted(state):
+            return None
+        warm = state.warmup
+        final_start = warm.ends[-2] if len(warm.ends) >= 2 else None
+        if state.step > 0 and (state.step >= self.covariance_interval or state.step == final_start):
+            self._share_mass(state)
+            self.update_preconditioner(state)
+            state.snapshot_fresh = state.snapshot is not None
+        if not state.snapshot_fresh:
+            return None
+        return lambda vectors: self.apply_preconditioner(state, vectors)
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> EQNState:
         """Start the walkers with momenta :math:`p \\sim \\mathcal N(0, T I)` and :math:`B_i = I`."""
-        self._dim = sum(p.numel() for p in position) // (layout.n_members or 1)
         return momentum_state(EQNState, self.momentum_std, position, rng, layout, precond)
 
     def _root_mass(self, state: EQNState) -> list[Tensor] | None:
@@ -372,7 +464,7 @@ class EQN(Sampler):
         :meth:`step` calls it every ``covariance_interval`` steps; a no-op
         with fewer than 3 walkers per chain or :math:`\eta = 0` (:math:`B = I`).
         """
-        S, L, eta = state.layout.n_members, int(self.n_walkers), float(self.covariance_blending)
+        S, L, eta = state.layout.n_members, int(self.n_walkers), self._blending(state)
         if S is None or L < 3 or eta == 0.0:
             state.snapshot = state.coefficients = state.preconditioned_grad = state.preconditioner_scale = None
             return
@@ -388,18 +480,27 @@ class EQN(Sampler):
         gram = gram.to(torch.float64)
         gram = torch.where(torch.isfinite(gram), gram, torch.zeros_like(gram))  # a diverged chain stays NaN anyway
         A = _selection(L, torch.float64, gram.device)  # (L, L, L-1)
-        G = torch.einsum("ikm,ckl,iln->cimn", A, gram, A)  # (C, L, L-1, L-1): X_i^T X_i
-        s, V = torch.linalg.eigh(0.5 * (G + G.transpose(-1, -2)))
-        s = s.clamp_min(0.0)
-        f = eta / (1.0 + torch.sqrt(1.0 + eta * s))  # (sqrt(1 + eta s) - 1) / s without cancellation
-        AV = torch.einsum("ikm,cimn->cikn", A, V)  # (C, L, L, L-1)
-        M = torch.einsum("cikn,cin,ciln->cikl", AV, f, AV)  # (C, L, L, L): B_i = I + P^T M_i P
+        # chain by chain (a batched einsum or eigh rounds differently with the number of chains beside it, and a
+        # chain must not depend on the others); a refresh is rare and the matrices are L x L
+        s, M = zip(*(self._coefficients(A, g, eta) for g in gram.split(1)))
+        s, M = torch.cat(s), torch.cat(M)
         dtype = state.position[0].dtype
         state.snapshot = snapshot
         state.coefficients = M.to(dtype)
         state.preconditioner_scale = torch.sqrt(1.0 + eta * s[..., -1]).reshape(S).to(dtype)
         grad = state.grad
         state.preconditioned_grad = None if grad is None else self.apply_preconditioner(state, self._to_q(state, grad))
+
+    @staticmethod
+    def _coefficients(A: Tensor, gram: Tensor, eta: float) -> tuple[Tensor, Tensor]:
+        """The eigenvalues of the other walkers' Gram matrices ``X_i^T X_i`` (``(C, L, L-1)``, ascending) and the
+        coefficients :math:`M_i` (``(C, L, L, L)``) from the chains' Gram matrix ``P P^T`` (``(C, L, L)``)."""
+        G = torch.einsum("ikm,ckl,iln->cimn", A, gram, A)  # (C, L, L-1, L-1): X_i^T X_i
+        s, V = torch.linalg.eigh(0.5 * (G + G.transpose(-1, -2)))
+        s = s.clamp_min(0.0)
+        f = eta / (1.0 + torch.sqrt(1.0 + eta * s))  # (sqrt(1 + eta s) - 1) / s without cancellation
+        AV = torch.einsum("ikm,cimn->cikn", A, V)  # (C, L, L, L-1)
+        return s, torch.einsum("cikn,cin,ciln->cikl", AV, f, AV)  # B_i = I + P^T M_i P
 
     @torch.no_grad()
     def apply_preconditioner(self, state: EQNState, vectors: Sequence[Tensor]) -> list[Tensor]:
@@ -449,7 +550,7 @@ class EQN(Sampler):
     def _step(self, state: EQNState, potential: Potential, batch: Any) -> tuple[EQNState, StepInfo]:
         theta, p, flat, rng, layout = state.position, state.momentum, state.flat_momentum, state.rng, state.layout
         sc = state.derived("scales", lambda: self._scales(state))
-        if state.step > 0 and state.step % self.covariance_interval == 0:
+        if self._refresh_due(state):
             self.update_preconditioner(state)  # also refreshes B_i grad for the new B_i
         grad = state.grad
         if grad is None:  # first step: the gradient at the starting point (and B_i of it, below)
@@ -524,7 +625,7 @@ class EQN(Sampler):
         first gradient, the noise from the chains' streams, and the step's scales."""
         theta, flat = state.position, state.flat_momentum
         sc = state.derived("scales", lambda: self._scales(state))
-        if state.step > 0 and state.step % self.covariance_interval == 0:
+        if self._refresh_due(state):
             self.update_preconditioner(state)
         if state.grad is None:  # first step: the gradient at the starting point, eagerly
             _, state.grad = potential.value_and_grad(batch)

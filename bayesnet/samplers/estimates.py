@@ -115,13 +115,18 @@ def mass_from_moments(moments: Sequence[Tensor], count: int, layout: ChainLayout
 @torch.no_grad()
 def curvature(potential, batch, position: Sequence[Tensor], inverse_mass: Sequence[Tensor] | None,
               layout: ChainLayout, rng, n_iter: int = 10, radius: float = 0.01, start_vector=None,
-              return_vector: bool = False):
+              return_vector: bool = False, transform=None):
     """The largest curvature of each member's preconditioned potential, ``lambda_max(m^{1/2} H m^{1/2})``, by
     power iteration on finite-difference Hessian-vector products on ``batch``.
 
     The probe moves every member by ``radius`` in preconditioned units (a hundredth of a posterior standard
     deviation when ``m`` matches the posterior's scale: small enough that a ReLU network's units keep their
     state); positions are restored afterwards.
+
+    ``transform``, a symmetric linear map ``B`` on vectors shaped like the positions (in the mass's coordinates,
+    member by member), makes it ``lambda_max(B m^{1/2} H m^{1/2} B)``: the curvature a step preconditioned by
+    ``B`` as well meets (eqn's walkers' covariance). The probe then moves along ``m^{1/2} B v`` rescaled to the
+    same length ``radius``, whatever ``B`` stretches it by.
 
     Returns
     -------
@@ -141,17 +146,24 @@ def curvature(potential, batch, position: Sequence[Tensor], inverse_mass: Sequen
     v = gaussian_like(position, rng, layout) if start_vector is None else start_vector
     lam = None
 
+    def norm(vs):
+        n = _per_member_reduce(vs, layout, lambda x: x.norm(dim=1)).clamp_min(1e-30)
+        return [member_view(n, x) if layout.n_members is not None else n for x in vs]
+
     def unit(vs):
-        norm = _per_member_reduce(vs, layout, lambda x: x.norm(dim=1)).clamp_min(1e-30)
-        return [x / (member_view(norm, x) if layout.n_members is not None else norm) for x in vs]
+        return [x / n for x, n in zip(vs, norm(vs))]
 
     v = unit(v)
     try:
         for _ in range(n_iter):
-            for p, s0, s, x in zip(position, start, sqrt_m, v):
-                p.copy_(s0 + radius * s * x)
+            w = v if transform is None else transform(v)  # B v, and a probe of length radius along it
+            r = [radius] * len(w) if transform is None else [radius / n for n in norm(w)]
+            for p, s0, s, x, rk in zip(position, start, sqrt_m, w, r):
+                p.copy_(s0 + rk * s * x)
             _, g1 = potential.value_and_grad(batch)
-            hv = [s * (a - b) / radius for s, a, b in zip(sqrt_m, g1, g0)]  # m^1/2 H m^1/2 v
+            hv = [s * (a - b) / rk for s, a, b, rk in zip(sqrt_m, g1, g0, r)]  # m^1/2 H m^1/2 w
+            if transform is not None:
+                hv = transform(hv)  # B m^1/2 H m^1/2 B v
             lam = _per_member_reduce([x * h for x, h in zip(v, hv)], layout, lambda x: x.sum(dim=1))
             v = unit(hv)
     finally:
@@ -161,11 +173,14 @@ def curvature(potential, batch, position: Sequence[Tensor], inverse_mass: Sequen
 
 
 @torch.no_grad()
-def noise_fraction(potential, batch, inverse_mass: Sequence[Tensor] | None, layout: ChainLayout) -> Tensor | None:
+def noise_fraction(potential, batch, inverse_mass: Sequence[Tensor] | None, layout: ChainLayout,
+                   transform=None) -> Tensor | None:
     """The fraction of the gradient's second moment that is mini-batch noise, per member: the mean over
     coordinates of ``m_i * Var_i``, with ``Var`` the gradient noise of ``batch`` estimated from its two halves
     (``(g_a - g_b)^2 / 4``, one draw per coordinate: the mean over coordinates steadies it). None when the
-    potential cannot split its batch or the batch is the full data."""
+    potential cannot split its batch or the batch is the full data. ``transform`` (see :func:`curvature`):
+    the noise as the step applies it, ``B m^{1/2} (g_a - g_b) / 2``, squared (eqn's ``B_i`` amplifies the noise
+    along the walkers' spread by up to its stretch)."""
     halves = getattr(potential, "halves", None)
     parts = halves(batch) if halves is not None else None
     if parts is None:
@@ -173,6 +188,10 @@ def noise_fraction(potential, batch, inverse_mass: Sequence[Tensor] | None, layo
     _, ga = potential.value_and_grad(parts[0])
     ga = [g.detach().clone() for g in ga]
     _, gb = potential.value_and_grad(parts[1])
+    if transform is not None:
+        root = views(inverse_mass.sqrt(), ga) if inverse_mass is not None else [1.0] * len(ga)
+        var = [x.float().square() for x in transform([r * (a - b) / 2.0 for r, a, b in zip(root, ga, gb)])]
+        return _per_member_reduce(var, layout, lambda x: torch.nan_to_num(x, nan=0.0).mean(dim=1))
     var = [(a - b).float().square() / 4.0 for a, b in zip(ga, gb)]
     if inverse_mass is not None:
         var = [v * m.float() for v, m in zip(var, views(inverse_mass, var))]

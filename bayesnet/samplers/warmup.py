@@ -27,7 +27,9 @@ so one dimensionless rule serves all problems. At each window's end the warm-up 
 largest preconditioned curvature ``lambda`` by power iteration on finite-difference Hessian-vector products
 over the last ``N_BATCHES`` mini-batches (the same batch on both sides of each difference, so that it is a
 curvature and not noise; the largest over the batches), and the fraction ``rho`` of the gradient's second
-moment that is mini-batch noise (from the gradients of each batch's two halves; 0 on the full data). The
+moment that is mini-batch noise (from the gradients of each batch's two halves; 0 on the full data); a kernel
+preconditioned beyond the mass (eqn's walkers' covariance) sets that preconditioner first and has both measured
+through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). The
 sampler turns them into its step size (:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable
 (``step * lambda`` below a constant) and cool (the heat the gradient noise adds, ``step * rho / 2`` for SGLD,
 ``step * rho / (2 friction)`` for SGHMC, below ``HEAT`` = 5 % of the temperature). A step may grow at most
@@ -318,18 +320,20 @@ def _too_hot(warm: WarmUp, n_coordinates: int, shape) -> Tensor | None:
 N_BATCHES = 4
 
 
-def _measure(warm: WarmUp, potential, batch, state, inverse_mass) -> tuple[Tensor, Tensor | None]:
+def _measure(warm: WarmUp, potential, batch, state, inverse_mass, transform=None) -> tuple[Tensor, Tensor | None]:
     """The largest preconditioned curvature and the noise fraction, per member, over the last ``N_BATCHES``
     mini-batches: the largest curvature (a mini-batch's Hessian is what a step meets, and its largest
     eigenvalue varies from batch to batch, by 50 % on a 64-row batch of a small network), the mean noise
-    fraction. The power iteration on each further batch starts from the previous one's vector."""
+    fraction. The power iteration on each further batch starts from the previous one's vector. ``transform``:
+    the kernel's preconditioner beyond the mass (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`),
+    applied on both sides of the Hessian."""
     batches = [b for b in warm.recent if b is not batch][-(N_BATCHES - 1):] + [batch]
     lams, rhos, v = [], [], None
     for k, b in enumerate(reversed(batches)):
         lam, v = curvature(potential, b, state.position, inverse_mass, state.layout, state.rng,
-                           n_iter=10 if k == 0 else 4, start_vector=v, return_vector=True)
+                           n_iter=10 if k == 0 else 4, start_vector=v, return_vector=True, transform=transform)
         lams.append(lam)
-        rho = noise_fraction(potential, b, inverse_mass, state.layout)
+        rho = noise_fraction(potential, b, inverse_mass, state.layout, transform)
         if rho is not None:
             rhos.append(rho)
     lam = torch.stack(lams).max(dim=0).values
@@ -342,7 +346,8 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         pre.version += 1
         sampler.preconditioner_changed(state)
         return
-    lam, rho = _measure(warm, potential, batch, state, pre.inverse_mass)
+    transform = sampler.prepare_step_size(state)
+    lam, rho = _measure(warm, potential, batch, state, pre.inverse_mass, transform)
     warm.curvature, warm.noise_fraction = lam, rho
     new = sampler.warmup_step_size(lam.to(pre.step_size.dtype),
                                    None if rho is None else rho.to(pre.step_size.dtype))
