@@ -55,14 +55,15 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
 #: every sampler that declares a pure transition, with each of its step compositions
 PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme": "BAOAB"}),
         ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"}),
-        ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_blending": 0.0}), ("eqn", {"sampler__n_walkers": 4}),
+        ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_blending": 0.0}),
+        ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_interval": 7}),
         ("eqn", {"sampler__n_walkers": 4, "sampler__step_size": 0.01, "sampler__covariance_interval": 7}),
         ("tacthmc", {"sampler__steps_per_sample": 5}),
         ("tacthmc", {"sampler__biasing": "metadynamics", "sampler__resample_momentum": True,
                      "sampler__steps_per_sample": 4}),
         ("hmc", {}), ("pt-langevin", {"sampler__n_replicas": 4, "sampler__swap_interval": 5})]
-#: eqn with B_i = I throughout (covariance_blending=0), with the B_i its warm-up set at step 90 and froze, and at an
-#: explicit step (the paper's mode) with updates at steps 105, 112, 119, 126
+#: eqn with B_i = I throughout (covariance_blending=0), with the B_i its warm-up set (at steps 15, 40, 90) and froze,
+#: through steps 105, 112, 119, 126 where the paper's mode, at an explicit step (the third), updates them
 #: tacthmc with ABF (a draw every 5th step), and with metadynamics and the momenta resampled eagerly between
 #: compiled steps at every 4th (both with one chain on the plateau, drawing, and one off it, below)
 PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-frozen",
@@ -98,6 +99,7 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
     if sampler == "eqn":  # the path each case is for: B_i = I throughout, or a snapshot (frozen, or refreshed)
         assert (pure_state.snapshot is None) == (extra.get("sampler__covariance_blending") == 0.0)
         assert pure_state.follows_warmup == ("sampler__step_size" not in extra)
+        frozen = pure_state.coefficients
     pure = CompiledTransition(est.sampler_, pure_post, pure_state.layout, compile=False)
     draws = []
     for _ in range(25):
@@ -125,6 +127,8 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
     if hasattr(eager_state, "flat_momentum"):  # (sgld has none)
         torch.testing.assert_close(pure_state.flat_momentum, eager_state.flat_momentum, rtol=1e-4, atol=1e-5)
+    if sampler == "eqn" and pure_state.follows_warmup:  # frozen past covariance_interval on both paths
+        assert pure_state.coefficients is frozen and eager_state.snapshot_blending == pure_state.snapshot_blending
     if sampler == "eqn":  # the eager step continues from the pure one's state: B_i grad U recomputed, same step
         _, want = est.sampler_.step(eager_state, eager_post, batch)
         _, got = est.sampler_.step(pure_state, pure_post, batch)

@@ -455,3 +455,82 @@ def test_eqn_at_its_defaults_finishes_a_regression_it_diverged_on():
     assert np.mean((y[split:] >= lo) & (y[split:] <= hi)) >= 0.88
     D = sum(p[0].numel() for p in est.posterior_.parameters)
     assert est.sampler_._blending(est.sampler_state_) == pytest.approx(7 / D)  # (L - 1) / (T D), T = 1
+
+
+def test_the_noise_fraction_the_warm_up_measures_is_carried_by_the_walkers_preconditioner():
+    """``noise_fraction(..., transform=B)`` is the mean over coordinates of ``(B m^1/2 (g_a - g_b) / 2)^2``, the
+    gradient noise as the preconditioned step applies it (dense check on a potential whose halves' gradients
+    differ by known vectors); along the walkers' spread B amplifies it, so it exceeds the untransformed one."""
+    from bayesnet.plan import ChainLayout
+    from bayesnet.samplers.estimates import noise_fraction
+
+    C, L, D = 2, 5, 6
+    rng = np.random.default_rng(4)
+    pos = [torch.tensor(rng.normal(size=(C * L, D)) * 3.0)]
+    m = torch.tensor(rng.uniform(0.5, 2.0, size=(C * L, D)))
+    a, b = torch.tensor(rng.normal(size=(C * L, D))), torch.tensor(rng.normal(size=(C * L, D)))
+
+    class Halves:
+        parameters = pos
+
+        def halves(self, batch):
+            return batch
+
+        def value_and_grad(self, shift):  # U = theta . shift + |theta|^2 / 2 per walker: g = shift + theta
+            return (pos[0] * shift).sum(1), [shift + pos[0]]
+
+    s = make_sampler("eqn", n_walkers=L, covariance_blending=10.0)
+    state = s.init(pos, torch.Generator().manual_seed(0), n_chains=C)
+    state.precond.inverse_mass = m.clone()
+    s.update_preconditioner(state)
+    B = _dense(s, state, D)
+    half = np.sqrt(m.numpy()) * (a - b).numpy() / 2.0
+    want = np.array([np.mean((B[i] @ half[i]) ** 2) for i in range(C * L)])
+    layout = ChainLayout(C, L)
+    got = noise_fraction(Halves(), (a, b), m, layout, transform=lambda v: s.apply_preconditioner(state, v))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
+    plain = noise_fraction(Halves(), (a, b), m, layout)
+    np.testing.assert_allclose(plain.numpy(), np.mean(half ** 2, axis=1), rtol=1e-5)
+    assert (got > 2 * plain).all()
+
+
+def test_a_continued_fit_keeps_the_frozen_preconditioner_and_its_blending():
+    """The chains keep the mode they started in: after an adapted fit, ``partial_fit`` with an explicit step size
+    keeps the frozen B_i and the "auto" blending (L - 1) / (T D) (it used to fall back to the paper's 10 and
+    refresh every ``covariance_interval`` steps); under a changed ``covariance_blending`` the B_i are rebuilt once,
+    at the continued run's first step (0: B_i = I)."""
+    from bayesnet import BayesianMLPRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.3 * rng.normal(size=120)
+    est = BayesianMLPRegressor((8,), sampler="eqn", sampler__n_walkers=4, sampler__covariance_interval=50,
+                               burn_in=300, n_draws=10, thinning=5, random_state=0).fit(X, y)
+    state = est.sampler_state_
+    D = sum(p[0].numel() for p in est.posterior_.parameters)
+    coefficients, eta = state.coefficients.clone(), est.sampler_._blending(state)
+    assert state.follows_warmup and eta == pytest.approx(3 / D) and state.snapshot_blending == eta
+    est.set_params(sampler__step_size=0.001)
+    est.partial_fit(X, y)
+    state = est.sampler_state_
+    assert state.step > 350 and torch.equal(state.coefficients, coefficients)  # past 350, 400: no refresh
+    assert est.sampler_._blending(state) == eta and bool((state.precond.step_size == 0.001).all())
+    est.set_params(sampler__covariance_blending=0.0)
+    est.partial_fit(X, y)
+    assert est.sampler_state_.snapshot is None and est.sampler_state_.snapshot_blending == 0.0
+
+
+def test_a_state_pickled_before_the_warm_up_set_the_preconditioner_keeps_its_mode():
+    """A state saved before ``follows_warmup`` existed: mid-warm-up with an adapted step it follows the warm-up;
+    otherwise (a finished or explicit-step chain) it keeps the refreshes every ``covariance_interval`` steps."""
+    pot = _gaussian(np.eye(2), np.zeros(2), np.zeros((8, 2)))
+    for step_size, steps, follows in (("auto", 10, True), ("auto", 40, False), (0.1, 10, False)):
+        s = make_sampler("eqn", step_size=step_size, n_walkers=4, adaptation_steps=30)
+        state = s.init(pot.parameters, torch.Generator().manual_seed(0), n_chains=2)
+        for _ in range(steps):
+            state, _ = s.step(state, pot, None)
+        old = dict(state.__dict__)
+        del old["follows_warmup"]
+        restored = object.__new__(type(state))
+        restored.__setstate__(old)
+        assert restored.follows_warmup is follows

@@ -437,8 +437,8 @@ class Sampler(BaseEstimator):
         return step
 
     def prepare_step_size(self, state: SamplerState):
-        """Called by the warm-up whenever it is about to measure the curvature for a new step size (at its start
-        and at each window's end, after the new mass is set). A kernel whose step is preconditioned by more
+        """Called by a warm-up that adapts the step size whenever it is about to measure the curvature for a new
+        step (at its start and at each window's end, after the new mass is set). A kernel whose step is preconditioned by more
         than the diagonal mass sets that preconditioner here and returns it as a symmetric linear map on
         vectors shaped like the positions, in the mass's coordinates (eqn's walkers' covariance ``B_i``), so
         that the curvature measured is the one its step meets; None (the default): the mass alone."""

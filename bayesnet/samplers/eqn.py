@@ -43,11 +43,16 @@ class EQNState(MomentumState):
     preconditioner_scale : Tensor or None, shape (S,)
         The largest eigenvalue of each walker's :math:`B_i`.
     follows_warmup : bool
-        Whether the :math:`B_i` are set by the warm-up and frozen with it (``step_size="auto"``), instead of
-        refreshed every ``covariance_interval`` steps.
-    snapshot_fresh : bool
-        Set when the warm-up has just refreshed the :math:`B_i` for the new mass (consumed by
-        :meth:`EQN.preconditioner_changed`, which otherwise drops a snapshot taken in the old coordinates).
+        Whether the :math:`B_i` are set by the warm-up and frozen with it (the warm-up adapted the step size when
+        the chains started), instead of refreshed every ``covariance_interval`` steps; fixed for the chains'
+        life, so that a continued fit with an explicit step keeps them frozen.
+    snapshot_mass : Tensor or None
+        The inverse mass the snapshot was taken in (its coordinates ``q``): a new mass drops the snapshot.
+    snapshot_blending : float or None
+        The :math:`\eta` of the last update (None before one): a continued fit under another resolved
+        ``covariance_blending`` rebuilds the :math:`B_i` at its first step.
+    shared_mass : Tensor or None
+        The inverse mass once its walkers' mean was taken (so that it is not taken again).
     """
 
     grad: list[Tensor] | None = None
@@ -56,7 +61,15 @@ class EQNState(MomentumState):
     preconditioned_grad: list[Tensor] | None = None
     preconditioner_scale: Tensor | None = None
     follows_warmup: bool = False
-    snapshot_fresh: bool = False
+    snapshot_mass: Tensor | None = None
+    snapshot_blending: float | None = None
+    shared_mass: Tensor | None = None
+
+    def __setstate__(self, state):
+        if "follows_warmup" not in state:  # pickled before the warm-up set the B_i: its chains keep the refreshes,
+            warm = state.get("warmup")  # unless they were still warming up with an adapted step
+            state["follows_warmup"] = warm is not None and warm.adapt_step
+        super().__setstate__(state)
 
 
 def _selection(n_walkers: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -126,8 +139,10 @@ class EQN(Sampler):
     :math:`\theta_{[i]}` the ``L - 1`` other walkers of the chain, whose mean
     and covariance are normalised by :math:`1/(L-1)` as in Listing 3. As in
     the paper and the code of its reference [56], :math:`B_i` is recomputed
-    only every ``covariance_interval`` steps, from the positions at that
-    moment, and frozen in between: it is then independent of
+    only now and then, from the positions at that moment, and frozen in
+    between (every ``covariance_interval`` steps at an explicit step size;
+    with ``step_size="auto"`` by the warm-up, then frozen for good, see
+    ``covariance_interval``): it is then independent of
     :math:`\theta_i`, so the divergence term :math:`\operatorname{div}(B_i^\top)`
     of (17) and (18c) vanishes and (18b) is explicit. With :math:`B_i` fixed
     the step is exactly BAOAB for :math:`q = B_i^{-1}\theta`, so it keeps
@@ -184,7 +199,8 @@ class EQN(Sampler):
         :math:`(L - 1) / (T D)` when the warm-up sets the :math:`B_i`
         (``step_size="auto"``; :math:`D` parameters per walker, in the mass's
         coordinates, where the target's spread is about :math:`T` per
-        coordinate), and the paper's 10 at a given step size. The reason: the
+        coordinate), and the paper's 10 otherwise (an explicit step size, or
+        no warm-up). The reason: the
         :math:`L - 1` other walkers' sample covariance has eigenvalues of
         about :math:`T D / (L - 1)` along their own deviations even for an
         isotropic target, so :math:`\eta = 10` stretches those directions by
@@ -228,8 +244,14 @@ class EQN(Sampler):
         with them; those of the final window's start are frozen with the step
         size, and the final window (10 % of the warm-up) tries them under the
         warm-up's guard. Every kept draw then comes from one fixed kernel per
-        walker (a frozen preconditioner, as the warm-up's mass), which keeps
-        the target exactly. An update costs :math:`O(L^2 D)` per
+        walker (a frozen preconditioner, as the warm-up's mass): adapting the
+        :math:`B_i` adds no bias to BAOAB's own (its discretisation, and the
+        mini-batches' noise). The chains keep that mode for their life (a
+        continued fit with an explicit ``step_size`` keeps the :math:`B_i`
+        frozen); a continued fit under another resolved
+        ``covariance_blending`` (or temperature, which "auto" scales with)
+        rebuilds them once, at its first step, at the frozen step size. An
+        update costs :math:`O(L^2 D)` per
         chain plus ``L`` eigendecompositions of size ``L - 1``.
 
 {warmup}
@@ -373,12 +395,12 @@ class EQN(Sampler):
 
     def preconditioner_changed(self, state: EQNState) -> None:
         """The walkers of a chain share their mean mass and step size (their ``B_i`` mixes their coordinates);
-        a covariance snapshot taken in the old coordinates is dropped (``B_i = I`` until the next update), one
-        that the warm-up has just taken for this mass (:meth:`prepare_step_size`) is kept."""
+        a covariance snapshot taken in another mass's coordinates is dropped (``B_i = I`` until the next
+        update), one taken in this mass's (by :meth:`prepare_step_size`, or before a change of the step size
+        alone) is kept."""
         pre, layout = state.precond, state.layout
-        fresh, state.snapshot_fresh = state.snapshot_fresh, False
-        if not fresh:
-            self._share_mass(state)
+        self._share_mass(state)
+        if state.snapshot is not None and state.snapshot_mass is not pre.inverse_mass:
             state.snapshot = state.coefficients = state.preconditioner_scale = None
         if layout.n_members is not None and layout.members_per_chain > 1:
             C, L = layout.chains, layout.members_per_chain
@@ -387,18 +409,17 @@ class EQN(Sampler):
         super().preconditioner_changed(state)
 
     def _share_mass(self, state: EQNState) -> None:
-        """The walkers of each chain take their mean inverse mass (one set of coordinates ``q`` per chain)."""
+        """The walkers of each chain take their mean inverse mass (one set of coordinates ``q`` per chain), once
+        per new mass."""
         pre, layout = state.precond, state.layout
-        if pre.inverse_mass is not None and layout.n_members is not None and layout.members_per_chain > 1:
+        if pre.inverse_mass is None or pre.inverse_mass is state.shared_mass:
+            return
+        if layout.n_members is not None and layout.members_per_chain > 1:
             C, L = layout.chains, layout.members_per_chain
             m = pre.inverse_mass.reshape(C, L, -1).mean(1, keepdim=True).expand(C, L, -1)
             pre.inverse_mass = m.reshape(pre.inverse_mass.shape).contiguous()
             pre.version += 1
-
-    def _adapted(self, state: EQNState) -> bool:
-        """Whether the warm-up sets the :math:`B_i` (``step_size="auto"`` with a warm-up): they are then frozen
-        with it, and ``covariance_blending="auto"`` is scaled to the walkers' dimension."""
-        return state.follows_warmup and self.step_size == "auto"
+        state.shared_mass = pre.inverse_mass
 
     def _blending(self, state: EQNState) -> float:
         r""":math:`\eta`: ``covariance_blending``, or for "auto" :math:`(L - 1) / (T D)` when the warm-up sets
@@ -406,7 +427,7 @@ class EQN(Sampler):
         eta = self.covariance_blending
         if eta != "auto":
             return float(eta)
-        if not self._adapted(state):
+        if not state.follows_warmup:
             return PAPER_BLENDING
         D = sum(p[0].numel() for p in state.position) if state.layout.n_members is not None else \
             sum(p.numel() for p in state.position)
@@ -414,8 +435,11 @@ class EQN(Sampler):
 
     def _refresh_due(self, state: EQNState) -> bool:
         """Whether :meth:`step` refreshes the :math:`B_i` now: every ``covariance_interval`` steps, unless the
-        warm-up sets them (:meth:`prepare_step_size`) and they stay frozen after it."""
-        return not self._adapted(state) and state.step > 0 and state.step % self.covariance_interval == 0
+        warm-up sets them (:meth:`prepare_step_size`) and they stay frozen after it; then only once, when a
+        continued fit resolves ``covariance_blending`` (or the temperature it scales with) to another value."""
+        if state.follows_warmup:
+            return state.snapshot_blending is not None and self._blending(state) != state.snapshot_blending
+        return state.step > 0 and state.step % self.covariance_interval == 0
 
     def init(self, position, rng=None, n_chains=None) -> EQNState:
         state = super().init(position, rng, n_chains)
@@ -425,19 +449,21 @@ class EQN(Sampler):
     def prepare_step_size(self, state: EQNState):
         r"""With ``step_size="auto"``, the warm-up sets the :math:`B_i`: at each window's end from step
         ``covariance_interval`` on, and at the final window's start whenever that comes, from the walkers'
-        positions in the new mass's coordinates, before the curvature for the new step size is measured with
-        them. The :math:`B_i` of the final window's start are frozen with the step size: the kept draws come
-        from one fixed kernel per walker, and the step they run was measured, and tried, with them. Returns
-        the map :math:`v \mapsto B_i v` (None while :math:`B_i = I`)."""
-        if not self._adapted(state):
+        positions in the new mass's coordinates (their mean mass, the one they run with), before the curvature
+        for the new step size is measured with them. The :math:`B_i` of the final window's start are frozen
+        with the step size: the kept draws come from one fixed kernel per walker, and the step they run was
+        measured, and tried, with them. (A warm-up of fewer than 20 steps has no window ends: the :math:`B_i`
+        stay :math:`I`.) Returns the map :math:`v \mapsto B_i v` (None while :math:`B_i = I`)."""
+        if not state.follows_warmup:
             return None
+        self._share_mass(state)
         warm = state.warmup
         final_start = warm.ends[-2] if len(warm.ends) >= 2 else None
         if state.step > 0 and (state.step >= self.covariance_interval or state.step == final_start):
-            self._share_mass(state)
             self.update_preconditioner(state)
-            state.snapshot_fresh = state.snapshot is not None
-        if not state.snapshot_fresh:
+        elif state.snapshot is not None and state.snapshot_mass is not state.precond.inverse_mass:
+            state.snapshot = state.coefficients = state.preconditioner_scale = None
+        if state.snapshot is None:
             return None
         return lambda vectors: self.apply_preconditioner(state, vectors)
 
@@ -461,10 +487,13 @@ class EQN(Sampler):
         Stores the centred snapshot :math:`P` (list of tensors shaped like the
         positions), the coefficients :math:`M_i` (``(C, L, L, L)``) and the
         largest eigenvalue of each :math:`B_i` (``(S,)``) in the state.
-        :meth:`step` calls it every ``covariance_interval`` steps; a no-op
-        with fewer than 3 walkers per chain or :math:`\eta = 0` (:math:`B = I`).
+        :meth:`step` calls it every ``covariance_interval`` steps at an explicit
+        step size, :meth:`prepare_step_size` during a warm-up that adapts the
+        step; a no-op with fewer than 3 walkers per chain or :math:`\eta = 0`
+        (:math:`B = I`).
         """
         S, L, eta = state.layout.n_members, int(self.n_walkers), self._blending(state)
+        state.snapshot_blending, state.snapshot_mass = eta, state.precond.inverse_mass
         if S is None or L < 3 or eta == 0.0:
             state.snapshot = state.coefficients = state.preconditioned_grad = state.preconditioner_scale = None
             return
