@@ -290,3 +290,56 @@ def test_a_chain_still_relaxing_is_told_to_burn_in_longer(iris, monkeypatch):
             assert messages[0].endswith("Increase burn_in (now 300 steps) and fit anew.")
         else:
             assert "still moving" not in messages[0] and "too large a step" in messages[0]
+
+
+def _ar_chains(rng, phi, shift, n=100, chains=4):
+    """``chains`` stationary AR(1) chains of ``n`` draws, chain ``c`` about ``c * shift`` (unit sd)."""
+    x = np.zeros((chains, n))
+    x[:, 0] = rng.normal(size=chains)
+    for t in range(1, n):
+        x[:, t] = phi * x[:, t - 1] + np.sqrt(1 - phi ** 2) * rng.normal(size=chains)
+    return x + shift * np.arange(chains)[:, None]
+
+
+def test_chains_in_separate_modes_are_told_apart_from_chains_that_mix_slowly():
+    """``separate_modes``: four chains each stationary about its own level (3 sds apart; 15 effective draws of 100
+    each) are named separate in most replicates; four chains of one slowly mixing mode (coefficient 0.98), whose
+    pooled R-hat is as high, rarely: their halves disagree too."""
+    from bayesnet.diagnostics import rank_normalized_split_rhat
+    from bayesnet.estimators.run import separate_modes
+
+    rng = np.random.default_rng(0)
+
+    def named(phi, shift):
+        out = []
+        for _ in range(100):
+            x = _ar_chains(rng, phi, shift)
+            out.append(separate_modes(rank_normalized_split_rhat(x), [rank_normalized_split_rhat(c) for c in x]))
+        return np.mean(out)
+
+    assert named(0.8, 3.0) >= 0.6
+    assert named(0.98, 0.0) <= 0.15
+    assert not separate_modes(1.5, [1.01])  # one chain: nothing to compare
+
+
+def test_chains_in_separate_modes_are_named_in_the_warning(iris):
+    """Several chains whose summed log-likelihood's R-hat is high while each agrees with itself: the warning says
+    they most likely sit in different modes, gives each chain's mean, names any chain that does not agree with
+    itself either (with the burn-in advice), and does not ask for a longer run otherwise; per-chain figures are in
+    ``convergence_``."""
+    from bayesnet.estimators.run import convergence_messages
+
+    est, _ = _fit(iris, n_chains=3, burn_in=300, n_draws=20, thinning=5)
+    ll = est.convergence_["log_likelihood"]
+    assert len(ll["rhat_per_chain"]) == 3 and len(ll["chain_means"]) == 3
+    ll.update(rhat=1.4, rhat_per_chain=[1.02, 1.04, 1.03], chain_means=[-20.0, -12.5, -15.0],
+              quarters=[-16.0, -17.0, -15.0, -16.5])
+    [m] = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
+    assert "different modes" in m and "-20, -12.5, -15" in m and "median 1.03 over 3 chains" in m
+    assert "Run longer" not in m and "did not agree with itself" not in m
+    ll.update(rhat_per_chain=[1.02, 1.3, 1.05])
+    [m] = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
+    assert "Chain 1 did not agree with itself either (own split R-hat 1.30)" in m
+    ll.update(rhat_per_chain=[1.3, 1.25, 1.05])  # slow mixing: the general advice
+    [m] = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
+    assert "different modes" not in m and "Run longer" in m
