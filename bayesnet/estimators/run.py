@@ -524,8 +524,11 @@ def convergence(net) -> dict:
                                  "quarters": quarter_means(total),
                                  "rows": int(finite.sum())}
         if total.shape[0] > 1:  # each chain on its own (its halves): does it agree with itself, if not with the others?
-            out["log_likelihood"]["rhat_per_chain"] = [rank_normalized_split_rhat(c) for c in total]
+            # (a chain that did not move at all does not count as agreeing with itself: inf)
+            out["log_likelihood"]["rhat_per_chain"] = [rank_normalized_split_rhat(c) if np.ptp(c) > 0 else float("inf")
+                                                       for c in total]
             out["log_likelihood"]["chain_means"] = [float(c.mean()) for c in total]
+            out["log_likelihood"]["slots"] = [int(s) for s in full]
         out["pointwise_log_likelihood"] = pointwise_summary(ll[:, :, np.flatnonzero(finite)[:POINTWISE_ROWS]])
     potentials = trace.as_array(potentials=True, active_only=True)
     if np.all(np.isfinite(potentials)):
@@ -655,46 +658,69 @@ def convergence_messages(net, state) -> list[str]:
         rising = quarters is not None and ll["rhat"] > RHAT_WARN and monotone(quarters, rising=True)
         own = ll.get("rhat_per_chain") if ll is not None else None
         modes = not rising and own is not None and separate_modes(ll["rhat"], own)
+        tempers = net.sampler_.temperature_range()[1] > net.sampler_.temperature_range()[0]
         why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
                f"of the draws, summed over {ll['rows']} training rows: "
                f"{', '.join(f'{v:.4g}' for v in quarters)}): the chains were most likely still fitting. Increase "
                f"burn_in (now {burn_in_words(net)}) and fit anew." if rising else
-               f"The chains agree with themselves (each one's own split R-hat: median {float(np.median(own)):.2f} over "
-               f"{len(own)} {'chains' if len(own) == int(net.n_chains) else 'members of the chains'}) but not with "
-               f"each other (their mean training log-likelihoods, summed over "
-               f"{ll['rows']} rows: {', '.join(f'{v:.4g}' for v in ll['chain_means'])}): the chains most likely sit "
-               "in different modes of the posterior, which a longer run of a network's chains rarely merges. The "
-               "predictions average the modes, as a deep ensemble averages its members; to move between modes, use "
-               "a tempering sampler (sampler='tacthmc' or 'pt-langevin')." + _unsettled(net, own) if modes else fix)
+               f"The {_units(net)} agree with themselves (each one's own split R-hat: median "
+               f"{float(np.median(own)):.2f} over {len(own)}) but clearly not with each other (their mean training "
+               f"log-likelihoods, summed over {ll['rows']} rows: {', '.join(f'{v:.4g}' for v in ll['chain_means'])}): "
+               "they most likely sit in different modes of the posterior, which a longer run of a network's chains "
+               "rarely merges. The predictions average the modes, as a deep ensemble averages its members"
+               + ("." if tempers else "; to move between modes, use a tempering sampler (sampler='tacthmc' or "
+                  "'pt-langevin').") + _unsettled(net, own, ll.get("slots")) if modes else fix)
         out.append(f"the chains have not converged: split R-hat of the training log-likelihood ({figures}) is above "
                    f"{RHAT_WARN}. {why}")
     if ll is not None and ll["ess_bulk"] < ESS_WARN:
         out.append(f"only {ll['ess_bulk']:.1f} effective draws of the training log-likelihood (bulk ESS, all chains; "
-                   f"below {ESS_WARN:g}): predictions average few independent draws. {fix}")
+                   f"below {ESS_WARN:g}): predictions average few independent draws. "
+                   + ("The chains most likely sit in different modes (above), which makes the pooled figure small; "
+                      "more draws per mode need more n_draws or thinning (now "
+                      f"{net.n_draws}, {net.trace_.thinning})." if worst and modes else fix))
     out += _temperature_messages(net, state)
     return out
 
 
+#: chains are named as sitting in separate modes only when they disagree this clearly (pooled split R-hat)
+RHAT_MODES = 1.3
+
+
 def separate_modes(rhat: float, own: list[float]) -> bool:
-    """Whether chains whose pooled split R-hat is ``rhat`` most likely sit in separate modes: they disagree (above
-    ``RHAT_WARN``) while the median chain agrees with itself (its own split R-hat, ``own``, at most ``RHAT_WARN``).
-    Chains that mix slowly in one mode disagree with themselves too. Measured on four AR(1) chains of 100 draws
-    (300 replicates, ``tests/test_convergence.py``): chains at means 3 sds apart are named separate in 74 % of the
-    replicates at coefficient 0.8 (15 effective draws per chain, as a default fit's rows have) and 39 % at 0.9; one
-    slow mode (0.97, 0.99) is misnamed in 7 %."""
-    return len(own) > 1 and rhat > RHAT_WARN and float(np.median(own)) <= RHAT_WARN
+    """Whether chains whose pooled split R-hat is ``rhat`` most likely sit in separate modes: they disagree clearly
+    (above ``RHAT_MODES``) while the median chain agrees with itself (its own split R-hat, ``own``, at most
+    ``RHAT_WARN``); chains that mix slowly in one mode disagree with themselves too. Measured on four AR(1) chains of
+    100 draws (300 replicates): chains 3 sds apart are named separate in 74 % of the replicates at coefficient 0.8
+    (15 effective draws per chain, as a default fit's rows have) and 39 % at 0.9; chains of one mode in 0-1 % at
+    0.8 and 0.9 (with the threshold at ``RHAT_WARN`` instead: 14-28 %, half the one-mode fits that warn). Below
+    ``RHAT_MODES`` the warning keeps its general advice."""
+    return len(own) > 1 and rhat > RHAT_MODES and float(np.median(own)) <= RHAT_WARN
 
 
-def _unsettled(net, own: list[float]) -> str:
-    """The sentence on the chains (slots, 0-based as in ``trace_``) that do not agree with themselves either, among
-    chains that most likely sit in different modes ("" when all do)."""
+def _units(net) -> str:
+    """What the per-chain figures are of: chains, or the members of chains (eqn's walkers, pt-langevin's replicas)."""
+    layout = getattr(net, "layout_", None)
+    return "chains" if layout is None or layout.members_per_chain == 1 else "members of the chains (walkers or replicas)"
+
+
+def _name_slot(net, slot: int) -> str:
+    """A trace slot as the user knows it: ``chain c``, or ``chain c, member m`` with several members per chain."""
+    layout = getattr(net, "layout_", None)
+    m = 1 if layout is None else layout.members_per_chain
+    return f"chain {slot}" if m == 1 else f"chain {slot // m}, member {slot % m}"
+
+
+def _unsettled(net, own: list[float], slots: list[int] | None) -> str:
+    """The sentence on the chains that do not agree with themselves either, among chains that most likely sit in
+    different modes ("" when all do); ``slots`` the trace slots ``own`` follows (the active ones with draws)."""
     bad = [i for i, r in enumerate(own) if r > RHAT_WARN]
     if not bad:
         return ""
-    many = len(bad) > 1
-    return (f" {'Chains' if many else 'Chain'} {', '.join(str(i) for i in bad)} did not agree with "
-            f"{'themselves' if many else 'itself'} either (own split R-hat {', '.join(f'{own[i]:.2f}' for i in bad)}): "
-            f"a larger burn_in (now {burn_in_words(net)}) lets such chains settle.")
+    slots = slots if slots is not None and len(slots) == len(own) else list(range(len(own)))
+    figures = ", ".join(f"{_name_slot(net, slots[i])}: {own[i]:.2f}" if np.isfinite(own[i]) else
+                        f"{_name_slot(net, slots[i])}: did not move" for i in bad)
+    return (f" Some did not agree with themselves either (own split R-hat {figures}): a larger burn_in (now "
+            f"{burn_in_words(net)}) lets such chains settle.")
 
 
 def _temperature_messages(net, state) -> list[str]:
