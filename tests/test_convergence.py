@@ -339,6 +339,10 @@ def test_chains_in_separate_modes_are_named_in_the_warning(iris):
     [m] = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
     assert "different modes" in m and "-20, -12.5, -15" in m and "The chains agree" in m and "median 1.03 over 3" in m
     assert "Run longer" not in m and "did not agree" not in m and "tempering sampler" in m
+    ll["ess_bulk"] = 5.0  # the pooled ESS of chains apart is small: its warning points at the modes, not "run longer"
+    [e] = [m for m in convergence_messages(est, est.sampler_state_) if m.startswith("only 5.0 effective draws")]
+    assert "most likely sit in different modes (above)" in e and "Run longer" not in e
+    ll["ess_bulk"] = 50.0
     ll.update(rhat_per_chain=[1.02, 1.3, 1.05])
     [m] = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
     assert "Some did not agree with themselves either (own split R-hat chain 1: 1.30)" in m

@@ -503,8 +503,8 @@ def convergence(net) -> dict:
     """Convergence summaries in function space, over the draws of all chains (the slots with draws, cut to a
     common length): rank-normalised split R-hat and bulk and tail ESS of the log-likelihood of a fixed subset
     of training rows (``log_likelihood``, with its mean over each quarter of the draws, ``quarters``, the
-    number of ``rows``, and with several chains each chain's own split R-hat, ``rhat_per_chain``, and mean,
-    ``chain_means``), the same per row for 64 of them, summarised over the rows by :func:`pointwise_summary`
+    number of ``rows``, and with several chains each chain's own split R-hat, ``rhat_per_chain``, mean,
+    ``chain_means``, and trace slot, ``slots``), the same per row for 64 of them, summarised over the rows by :func:`pointwise_summary`
     (``pointwise_log_likelihood``), and of the potential. Quantities of the weights themselves
     are not checked: a network's posterior is symmetric under permutations of its hidden units, so chains in
     different but equivalent modes would look unconverged."""
@@ -645,6 +645,7 @@ def convergence_messages(net, state) -> list[str]:
            "(n_chains) make R-hat sharper.")
     worst = [(name, v["rhat"]) for name, v in conv.items() if name != "potential" and v["rhat"] > RHAT_WARN]
     ll = conv.get("log_likelihood")
+    modes = False
     if worst:
         labels = {"log_likelihood": f"summed over {ll['rows']} rows" if ll else "summed",
                   "pointwise_log_likelihood": f"median of {conv['pointwise_log_likelihood']['rows']} rows' own"
@@ -677,7 +678,7 @@ def convergence_messages(net, state) -> list[str]:
                    f"below {ESS_WARN:g}): predictions average few independent draws. "
                    + ("The chains most likely sit in different modes (above), which makes the pooled figure small; "
                       "more draws per mode need more n_draws or thinning (now "
-                      f"{net.n_draws}, {net.trace_.thinning})." if worst and modes else fix))
+                      f"{net.n_draws}, {net.trace_.thinning})." if modes else fix))
     out += _temperature_messages(net, state)
     return out
 
@@ -690,10 +691,10 @@ def separate_modes(rhat: float, own: list[float]) -> bool:
     """Whether chains whose pooled split R-hat is ``rhat`` most likely sit in separate modes: they disagree clearly
     (above ``RHAT_MODES``) while the median chain agrees with itself (its own split R-hat, ``own``, at most
     ``RHAT_WARN``); chains that mix slowly in one mode disagree with themselves too. Measured on four AR(1) chains of
-    100 draws (300 replicates): chains 3 sds apart are named separate in 74 % of the replicates at coefficient 0.8
-    (15 effective draws per chain, as a default fit's rows have) and 39 % at 0.9; chains of one mode in 0-1 % at
-    0.8 and 0.9 (with the threshold at ``RHAT_WARN`` instead: 14-28 %, half the one-mode fits that warn). Below
-    ``RHAT_MODES`` the warning keeps its general advice."""
+    100 draws (300 replicates, two seeds): chains 3 sds apart are named separate in 74-79 % of the replicates at
+    coefficient 0.8 (15 effective draws per chain, as a default fit's rows have) and 39-41 % at 0.9; chains of one
+    mode in 0-2 % at 0.8 and 0.9 and 4-5 % at 0.97-0.99 (with the threshold at ``RHAT_WARN`` instead: 14-28 % at 0.8
+    and 0.9, half the one-mode fits that warn). Below ``RHAT_MODES`` the warning keeps its general advice."""
     return len(own) > 1 and rhat > RHAT_MODES and float(np.median(own)) <= RHAT_WARN
 
 
