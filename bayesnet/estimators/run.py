@@ -659,7 +659,8 @@ def convergence_messages(net, state) -> list[str]:
         rising = quarters is not None and ll["rhat"] > RHAT_WARN and monotone(quarters, rising=True)
         own = ll.get("rhat_per_chain") if ll is not None else None
         modes = not rising and own is not None and separate_modes(ll["rhat"], own)
-        tempers = net.sampler_.temperature_range()[1] > net.sampler_.temperature_range()[0]
+        low, high = net.sampler_.temperature_range()
+        tempers = high > low
         why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
                f"of the draws, summed over {ll['rows']} training rows: "
                f"{', '.join(f'{v:.4g}' for v in quarters)}): the chains were most likely still fitting. Increase "
