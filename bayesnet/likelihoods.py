@@ -39,6 +39,18 @@ class CategoricalLikelihood(nn.Module):
         S, n, _ = logits.shape
         return logits.log_softmax(-1).gather(2, y.view(1, n, 1).expand(S, n, 1)).sum((1, 2))
 
+    def log_likelihood_and_vjp_chains(self, logits: Tensor, y: Tensor, parameters, cotangent: Tensor):
+        """:meth:`log_likelihood_chains` with its gradient in closed form (no graph): ``(values (S,), d/d logits
+        (S, n, K), [])`` of ``<cotangent, values>``, ``cotangent`` (S,). The kernels autograd runs for it
+        (the label's one-hot scattered, then log-softmax's backward), so the gradient is autograd's."""
+        S, n, _ = logits.shape
+        with torch.no_grad():
+            log_p = logits.log_softmax(-1)
+            index = y.view(1, n, 1).expand(S, n, 1)
+            values = log_p.gather(2, index).sum((1, 2))
+            picked = torch.zeros_like(logits).scatter_add_(2, index, cotangent.view(S, 1, 1).expand(S, n, 1))
+            return values, torch._log_softmax_backward_data(picked, log_p, -1, logits.dtype), []
+
     def pointwise_log_likelihood(self, logits: Tensor, y: Tensor, parameters=()) -> Tensor:
         """Each row's log-likelihood under each of ``S`` members: ``logits`` (S, n, K), ``y`` (n,) -> (S, n)."""
         S, n, K = logits.shape  # one expression for every S: a member's value does not depend on S
@@ -108,6 +120,28 @@ class GaussianLikelihood(nn.Module):
         n, k = y.shape
         resid2 = (y - mean).square().sum(1)  # (S, k)
         return -0.5 * (n * (gamma.sum(1) + k * math.log(2 * math.pi)) + (resid2 * torch.exp(-gamma)).sum(1))
+
+    def log_likelihood_and_vjp_chains(self, mean: Tensor, y: Tensor, parameters, cotangent: Tensor):
+        r""":meth:`log_likelihood_chains` with its gradient in closed form (no graph): ``(values (S,), d/d mean
+        (S, n, k), [d/d log_noise_variance (S, k)])`` of ``<cotangent, values>``, ``cotangent`` (S,):
+        :math:`c\,(y - \mu) e^{-\gamma}` and :math:`-\tfrac{c}{2}(n - |y - \mu|^2 e^{-\gamma})`. The values are
+        :meth:`log_likelihood_chains`' bit for bit; the gradients agree with autograd's to rounding."""
+        (gamma,) = parameters
+        n, k = y.shape
+        with torch.no_grad():
+            diff = y - mean
+            resid2 = diff.square().sum(1)  # (S, k)
+            precision = torch.exp(-gamma)
+            values = -0.5 * (n * (gamma.sum(1) + k * math.log(2 * math.pi)) + (resid2 * precision).sum(1))
+            weight = cotangent.unsqueeze(1)  # (S, 1)
+            return values, diff * (weight * precision).unsqueeze(1), [-0.5 * weight * (n - resid2 * precision)]
+
+    def log_prior_and_grad_chains(self, parameters) -> tuple[Tensor, list[Tensor]]:
+        """:meth:`log_prior_chains` (bit for bit) and its gradient ``-a + b exp(-gamma)``, without a graph."""
+        (gamma,) = parameters
+        with torch.no_grad():
+            scaled = self.noise_scale * torch.exp(-gamma)
+            return (-self.noise_shape * gamma - scaled).sum(1), [scaled - self.noise_shape]
 
     def pointwise_log_likelihood(self, mean: Tensor, y: Tensor, parameters) -> Tensor:
         """Each row's log-likelihood under each of ``S`` members: ``mean`` (S, n, k), ``y`` (n, k),

@@ -371,16 +371,20 @@ def test_n_jobs_runs_chains_in_processes_and_on_dask(iris):
 
 
 @pytest.mark.parametrize("head", ["categorical", "gaussian"])
-@pytest.mark.parametrize("path", ["batched", "vmap"])
+@pytest.mark.parametrize("path", ["batched", "autograd", "vmap"])
 def test_chain_posterior_equals_each_member_posterior(head, path, monkeypatch):
     """ChainPosterior's S potentials and gradients are those of S single-member Posteriors, through the batched
-    forms (MLP.forward_chains, log_likelihood_chains, log_prob_chains) and through the generic vmap fallback."""
+    forms with the MLP's written-out backward (MLP.vjp_chains, the likelihoods' closed forms), through autograd
+    over the batched forms (MLP.forward_chains, log_likelihood_chains, log_prob_chains) and through the generic
+    vmap fallback."""
     from bayesnet.estimators.mlp import MLP
     from bayesnet.likelihoods import CategoricalLikelihood, GaussianLikelihood
     from bayesnet.posterior import ChainPosterior, Posterior
     from bayesnet.priors import GaussianPrior
 
     torch.manual_seed(0)
+    if path != "batched":
+        monkeypatch.delattr(MLP, "vjp_chains")
     if path == "vmap":
         monkeypatch.delattr(MLP, "forward_chains")
         monkeypatch.delattr(GaussianPrior, "log_prob_chains")
@@ -400,6 +404,62 @@ def test_chain_posterior_equals_each_member_posterior(head, path, monkeypatch):
         torch.testing.assert_close(u[s], us, rtol=1e-5, atol=1e-4)
         for a, b in zip(grads, gs):
             torch.testing.assert_close(a[s], b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "logistic", "gelu", "identity"])
+@pytest.mark.parametrize("head", ["categorical", "gaussian"])
+def test_the_written_out_backward_gives_autograds_gradient(head, activation, monkeypatch):
+    """The MLP's backward without autograd (``vjp_chains``, with the likelihoods' closed forms) against autograd
+    through ``forward_chains``: the categorical's gradients bit for bit (the same kernels), the Gaussian's to
+    float32 rounding, the potentials bit for bit; two hidden layers, three members, the hierarchical prior."""
+    from bayesnet.estimators.mlp import MLP
+    from bayesnet.likelihoods import CategoricalLikelihood, GaussianLikelihood
+    from bayesnet.posterior import ChainPosterior
+    from bayesnet.priors import HierarchicalPrior
+
+    torch.manual_seed(0)
+    net = MLP(6, (7, 5), 3, activation)
+    lik = CategoricalLikelihood() if head == "categorical" else GaussianLikelihood(3)
+    members = [[p.detach() + 0.3 * torch.randn_like(p) for p in [*net.parameters(), *lik.parameters()]]
+               for _ in range(3)]
+    X = torch.randn(20, 6)
+    y = torch.randint(0, 3, (20,)) if head == "categorical" else torch.randn(20, 3)
+    posterior = ChainPosterior(net, lik, HierarchicalPrior(), 500, members)
+    assert net.vjp_chains(posterior.network_parameters, X) is not None
+    u, grads = posterior.value_and_grad((X, y))
+    monkeypatch.delattr(MLP, "vjp_chains")
+    u_auto, grads_auto = posterior.value_and_grad((X, y))
+    assert torch.equal(u, u_auto)
+    for g, g_auto in zip(grads, grads_auto, strict=True):
+        if head == "categorical":
+            assert torch.equal(g, g_auto)
+        else:
+            torch.testing.assert_close(g, g_auto, rtol=1e-5, atol=1e-6 * float(g_auto.abs().max()))
+
+
+def test_an_activation_without_a_written_out_backward_takes_autograd():
+    """An activation the MLP has no backward for: ``vjp_chains`` declines (None) and the gradient comes from
+    autograd, the same as through the batched forward."""
+    from bayesnet.estimators.mlp import MLP
+    from bayesnet.likelihoods import CategoricalLikelihood
+    from bayesnet.posterior import ChainPosterior
+    from bayesnet.priors import GaussianPrior
+
+    torch.manual_seed(0)
+    net = MLP(4, (6,), 3)
+    net.head.activation = torch.nn.SiLU()
+    members = [list(net.parameters()) for _ in range(2)]
+    X, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    assert net.vjp_chains(members[0], X) is None
+    posterior = ChainPosterior(net, CategoricalLikelihood(), GaussianPrior(1.0), 50, members)
+    u, grads = posterior.value_and_grad((X, y))
+    params = [p.detach().requires_grad_(True) for p in posterior.parameters]
+    reference = 0.5 * sum((p * p).sum((1, 2) if p.ndim == 3 else 1) for p in params) - (50 / 10) * (
+        torch.log_softmax(net.forward_chains(params, X), -1).gather(2, y.view(1, -1, 1).expand(2, -1, 1)).sum((1, 2)))
+    expected = torch.autograd.grad(reference.sum(), params)
+    torch.testing.assert_close(u, reference.detach())
+    for g, e in zip(grads, expected, strict=True):
+        torch.testing.assert_close(g, e)
 
 
 def test_continuing_with_another_number_of_chains_is_refused(iris):

@@ -28,7 +28,7 @@ PAPER_BLENDING = 10.0
 
 @dataclass(kw_only=True)
 class EQNState(MomentumState):
-    """:class:`MomentumState` of ``S = C L`` walkers, plus the preconditioner.
+    r""":class:`MomentumState` of ``S = C L`` walkers, plus the preconditioner.
 
     Attributes
     ----------
