@@ -39,16 +39,19 @@ class CategoricalLikelihood(nn.Module):
         S, n, _ = logits.shape
         return logits.log_softmax(-1).gather(2, y.view(1, n, 1).expand(S, n, 1)).sum((1, 2))
 
-    def log_likelihood_and_vjp_chains(self, logits: Tensor, y: Tensor, parameters, cotangent: Tensor):
-        """:meth:`log_likelihood_chains` with its gradient in closed form (no graph): ``(values (S,), d/d logits
-        (S, n, K), [])`` of ``<cotangent, values>``, ``cotangent`` (S,). The kernels autograd runs for it
-        (the label's one-hot scattered, then log-softmax's backward), so the gradient is autograd's."""
+    def potential_and_grad_chains(self, logits: Tensor, y: Tensor, parameters, n_data: int):
+        """The likelihood's part of every member's potential, ``-(N/n) log p(y | logits)`` (``n`` rows standing
+        for ``N``), with its gradient in closed form, no graph: ``(values (S,), d/d logits (S, n, K), [])``. The
+        kernels autograd runs for :meth:`log_likelihood_chains` (the labels' one-hot scattered, then log-softmax's
+        backward): values and gradient are autograd's bit for bit."""
         S, n, _ = logits.shape
+        weight = -(n_data / n)
         with torch.no_grad():
             log_p = logits.log_softmax(-1)
             index = y.view(1, n, 1).expand(S, n, 1)
-            values = log_p.gather(2, index).sum((1, 2))
-            picked = torch.zeros_like(logits).scatter_add_(2, index, cotangent.view(S, 1, 1).expand(S, n, 1))
+            values = weight * log_p.gather(2, index).sum((1, 2))
+            seed = torch.full((S, 1, 1), weight, dtype=logits.dtype, device=logits.device).expand(S, n, 1)
+            picked = torch.zeros_like(logits).scatter_add_(2, index, seed)
             return values, torch._log_softmax_backward_data(picked, log_p, -1, logits.dtype), []
 
     def pointwise_log_likelihood(self, logits: Tensor, y: Tensor, parameters=()) -> Tensor:
@@ -121,27 +124,28 @@ class GaussianLikelihood(nn.Module):
         resid2 = (y - mean).square().sum(1)  # (S, k)
         return -0.5 * (n * (gamma.sum(1) + k * math.log(2 * math.pi)) + (resid2 * torch.exp(-gamma)).sum(1))
 
-    def log_likelihood_and_vjp_chains(self, mean: Tensor, y: Tensor, parameters, cotangent: Tensor):
-        r""":meth:`log_likelihood_chains` with its gradient in closed form (no graph): ``(values (S,), d/d mean
-        (S, n, k), [d/d log_noise_variance (S, k)])`` of ``<cotangent, values>``, ``cotangent`` (S,):
-        :math:`c\,(y - \mu) e^{-\gamma}` and :math:`-\tfrac{c}{2}(n - |y - \mu|^2 e^{-\gamma})`. The values are
-        :meth:`log_likelihood_chains`' bit for bit; the gradients agree with autograd's to rounding."""
+    def potential_and_grad_chains(self, mean: Tensor, y: Tensor, parameters, n_data: int):
+        r"""The likelihood's part of every member's potential, :math:`-(N/n) \log p(y | \mu, \gamma) - \log
+        p(\gamma)` (``n`` rows standing for ``N``), with its gradient in closed form, no graph: ``(values (S,),
+        d/d mean (S, n, k), [d/d log_noise_variance (S, k)])``: :math:`-(N/n)(y - \mu) e^{-\gamma}` and
+        :math:`a - b e^{-\gamma} + \tfrac{N}{2n}(n - |y - \mu|^2 e^{-\gamma})`. Evaluated in the order autograd
+        evaluates :meth:`log_likelihood_chains` and :meth:`log_prior_chains`: values and gradients are autograd's
+        bit for bit."""
         (gamma,) = parameters
         n, k = y.shape
+        weight = -(n_data / n)
         with torch.no_grad():
             diff = y - mean
             resid2 = diff.square().sum(1)  # (S, k)
             precision = torch.exp(-gamma)
-            values = -0.5 * (n * (gamma.sum(1) + k * math.log(2 * math.pi)) + (resid2 * precision).sum(1))
-            weight = cotangent.unsqueeze(1)  # (S, 1)
-            return values, diff * (weight * precision).unsqueeze(1), [-0.5 * weight * (n - resid2 * precision)]
-
-    def log_prior_and_grad_chains(self, parameters) -> tuple[Tensor, list[Tensor]]:
-        """:meth:`log_prior_chains` (bit for bit) and its gradient ``-a + b exp(-gamma)``, without a graph."""
-        (gamma,) = parameters
-        with torch.no_grad():
-            scaled = self.noise_scale * torch.exp(-gamma)
-            return (-self.noise_shape * gamma - scaled).sum(1), [scaled - self.noise_shape]
+            log_lik = -0.5 * (n * (gamma.sum(1) + k * math.log(2 * math.pi)) + (resid2 * precision).sum(1))
+            scaled = self.noise_scale * precision
+            values = weight * log_lik - (-self.noise_shape * gamma - scaled).sum(1)
+            seed = torch.full((gamma.shape[0], 1), weight, dtype=gamma.dtype, device=gamma.device)
+            half = seed * -0.5
+            d_mean = diff * (seed * precision).unsqueeze(1)
+            d_gamma = ((self.noise_shape - scaled) - (half * resid2) * precision) + half * n
+            return values, d_mean, [d_gamma]
 
     def pointwise_log_likelihood(self, mean: Tensor, y: Tensor, parameters) -> Tensor:
         """Each row's log-likelihood under each of ``S`` members: ``mean`` (S, n, k), ``y`` (n, k),
