@@ -367,6 +367,37 @@ def test_interrupting_a_tacthmc_fit_stops_it(cancer):
     assert clf.fit_status_["status"] == "interrupted" and clf.fit_status_["steps_taken"] == 150
 
 
+@pytest.mark.parametrize("sampler", ["sghmc", "sgld"])
+def test_an_explicit_step_size_overrides_an_interrupted_warm_up(cancer, sampler):
+    """A fit interrupted inside its warm-up and continued with ``sampler__step_size=...`` runs the rest of its
+    warm-up and its draws at that step: explicit settings override the adaptation (the warm-up kept adapting
+    the step it was started to adapt before). (hmc's explicit step is where its dual averaging starts, in a
+    continued warm-up as in a new one.)"""
+    from skorch.callbacks import Callback
+
+    class StopAt(Callback):
+        def on_batch_end(self, net, training=False, **kwargs):
+            if training and net.sampler_state_.step == 120:
+                raise KeyboardInterrupt
+
+    Xtr, _, ytr, _ = cancer
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(16,), n_draws=10, burn_in=400, batch_size=64, random_state=0,
+                                sampler=sampler, callbacks=[("stop", StopAt())])
+    with pytest.warns(ConvergenceWarning, match="interrupted at step 120 of"):
+        clf.fit(Xtr, ytr)
+    mass = clf.sampler_state_.precond.inverse_mass
+    assert clf.sampler_state_.warmup is not None and clf.sampler_state_.warmup.adapt_step
+    clf.set_params(sampler__step_size=2e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.partial_fit(Xtr, ytr)
+    state = clf.sampler_state_
+    assert state.step > 400 and len(clf.trace_) == 10
+    assert torch.all(state.precond.step_size == torch.tensor(2e-4, dtype=state.precond.step_size.dtype))
+    # the mass as it was ("auto" with an explicit step is the identity from here on: not adapted further)
+    assert (mass is None and state.precond.inverse_mass is None) or torch.equal(state.precond.inverse_mass, mass)
+
+
 def test_tacthmc_stops_once_it_has_its_draws(cancer):
     """The planned length assumes 20 % of the steps at unit temperature; a tempering variable that stays on
     the plateau (tempering_step_size="auto" is 2.1e-8 for these 530 weights) fills the trace sooner,

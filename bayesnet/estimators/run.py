@@ -260,7 +260,9 @@ def refuse_changes(changes: dict) -> None:
 def _carry_settings(previous, sampler, state) -> None:
     """A continued chain runs the new sampler's settings: the per-coordinate scales derived from the old ones
     (noise and momentum scales hold the temperature, friction, noise level) are dropped, and an explicit
-    ``step_size`` that changed replaces the adapted (or old) one in the preconditioner."""
+    ``step_size`` that changed replaces the adapted (or old) one in the preconditioner. A warm-up still running
+    (an interrupted fit) then adapts the step no more, and the mass only where the new settings still ask for it
+    (``preconditioner="auto"`` with an explicit step is the identity from here on: the mass set so far stays)."""
     state.cache.clear()
     step = getattr(sampler, "step_size", "auto")
     if step != "auto" and step != getattr(previous, "step_size", "auto"):
@@ -268,6 +270,10 @@ def _carry_settings(previous, sampler, state) -> None:
         pre.step_size = torch.full_like(pre.step_size, float(step))
         pre.version += 1
         sampler.preconditioner_changed(state)
+        warm = state.warmup
+        if warm is not None:
+            warm.adapt_step = False
+            warm.adapt_mass = warm.adapt_mass and sampler.preconditioner_mode() is not None
 
 
 def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
