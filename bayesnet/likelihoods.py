@@ -18,6 +18,14 @@ from torch import Tensor, nn
 __all__ = ["CategoricalLikelihood", "GaussianLikelihood"]
 
 
+def _own_forms(likelihood, cls) -> bool:
+    """Whether ``likelihood`` evaluates :meth:`log_likelihood_chains` and :meth:`log_prior_chains` as ``cls``
+    does, so that ``cls``'s closed form (``potential_and_grad_chains``) is their gradient: a subclass that
+    changes either one has the posterior fall back to autograd."""
+    kind = type(likelihood)
+    return kind.log_likelihood_chains is cls.log_likelihood_chains and kind.log_prior_chains is cls.log_prior_chains
+
+
 class CategoricalLikelihood(nn.Module):
     r"""Categorical likelihood on logits: :math:`\log p(y|x,\theta) = \log\mathrm{softmax}(f_\theta(x))_y`.
 
@@ -43,7 +51,10 @@ class CategoricalLikelihood(nn.Module):
         """The likelihood's part of every member's potential, ``-(N/n) log p(y | logits)`` (``n`` rows standing
         for ``N``), with its gradient in closed form, no graph: ``(values (S,), d/d logits (S, n, K), [])``. The
         kernels autograd runs for :meth:`log_likelihood_chains` (the labels' one-hot scattered, then log-softmax's
-        backward): values and gradient are autograd's bit for bit."""
+        backward): values and gradient are autograd's bit for bit. None (the caller then runs autograd) for a subclass
+        with its own ``log_likelihood_chains`` or ``log_prior_chains``."""
+        if not _own_forms(self, CategoricalLikelihood):
+            return None
         S, n, _ = logits.shape
         weight = -(n_data / n)
         with torch.no_grad():
@@ -130,7 +141,10 @@ class GaussianLikelihood(nn.Module):
         d/d mean (S, n, k), [d/d log_noise_variance (S, k)])``: :math:`-(N/n)(y - \mu) e^{-\gamma}` and
         :math:`a - b e^{-\gamma} + \tfrac{N}{2n}(n - |y - \mu|^2 e^{-\gamma})`. Evaluated in the order autograd
         evaluates :meth:`log_likelihood_chains` and :meth:`log_prior_chains`: values and gradients are autograd's
-        bit for bit."""
+        bit for bit. None (the caller then runs autograd) for a subclass with its own ``log_likelihood_chains``
+        or ``log_prior_chains``."""
+        if not _own_forms(self, GaussianLikelihood):
+            return None
         (gamma,) = parameters
         n, k = y.shape
         weight = -(n_data / n)
@@ -145,7 +159,8 @@ class GaussianLikelihood(nn.Module):
             half = seed * -0.5
             d_mean = diff * (seed * precision).unsqueeze(1)
             d_gamma = ((self.noise_shape - scaled) - (half * resid2) * precision) + half * n
-            return values, d_mean, [d_gamma]
+            return values, d_mean.to(mean.dtype), [d_gamma.to(gamma.dtype)]  # (a float64 y: the inputs' dtypes,
+            # as autograd returns them)
 
     def pointwise_log_likelihood(self, mean: Tensor, y: Tensor, parameters) -> Tensor:
         """Each row's log-likelihood under each of ``S`` members: ``mean`` (S, n, k), ``y`` (n, k),

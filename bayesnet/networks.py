@@ -38,15 +38,16 @@ def _activation(name: str) -> nn.Module:
     return ACTIVATIONS[name]()
 
 
-#: Per activation module (as :data:`ACTIVATIONS` makes them), its forward as a function and its backward
-#: ``(cotangent, pre-activation, activation) -> cotangent``: the kernels autograd itself runs for it
-#: (:meth:`_DenseHead.vjp_chains`; a function, not the module's call, whose Python costs as much as the kernel here).
+#: Per activation module (as :data:`ACTIVATIONS` makes them), its forward ``(module, h)`` and its backward
+#: ``(module, cotangent, pre-activation, activation) -> cotangent``: the kernels autograd itself runs for it
+#: (:meth:`_DenseHead.vjp_chains`; functions, not the module's call, whose Python costs as much as the kernel here).
 _ACTIVATION_VJP = {
-    nn.ReLU: (torch.relu, lambda g, pre, out: torch.ops.aten.threshold_backward(g, out, 0)),
-    nn.Tanh: (torch.tanh, lambda g, pre, out: torch.ops.aten.tanh_backward(g, out)),
-    nn.Sigmoid: (torch.sigmoid, lambda g, pre, out: torch.ops.aten.sigmoid_backward(g, out)),
-    nn.GELU: (F.gelu, lambda g, pre, out: torch.ops.aten.gelu_backward(g, pre)),
-    nn.Identity: (lambda h: h, lambda g, pre, out: g),
+    nn.ReLU: (lambda m, h: torch.relu(h), lambda m, g, pre, out: torch.ops.aten.threshold_backward(g, out, 0)),
+    nn.Tanh: (lambda m, h: torch.tanh(h), lambda m, g, pre, out: torch.ops.aten.tanh_backward(g, out)),
+    nn.Sigmoid: (lambda m, h: torch.sigmoid(h), lambda m, g, pre, out: torch.ops.aten.sigmoid_backward(g, out)),
+    nn.GELU: (lambda m, h: F.gelu(h, approximate=m.approximate),
+              lambda m, g, pre, out: torch.ops.aten.gelu_backward(g, pre, approximate=m.approximate)),
+    nn.Identity: (lambda m, h: h, lambda m, g, pre, out: g),
 }
 
 _WIDE = contextvars.ContextVar("bayesnet_wide_products", default=False)
@@ -124,12 +125,13 @@ class _DenseHead(nn.Module):
         per-operation overhead, and autograd's engine cost half of a default fit's gradient (measured: breast
         cancer's 30-100-2 MLP at batch 128, 330 -> 190 microseconds with the categorical likelihood's closed form).
         Always the sampling layout (one batched ``baddbmm`` per layer, never :func:`wide_products`). None for an
-        activation without a backward here.
+        activation without a backward here (:data:`_ACTIVATION_VJP`) and for a subclass with its own
+        ``forward_chains`` (whose backward this is not): autograd then runs.
         """
         functions = _ACTIVATION_VJP.get(type(self.activation))
-        if functions is None:
+        if functions is None or type(self).forward_chains is not _DenseHead.forward_chains:
             return None
-        activation, backward = functions
+        module, (forward, backward) = self.activation, functions
         n_layers = len(self.layers)
         inputs, saved = [], []
         with torch.no_grad():  # (no graph: the leaves need no detaching)
@@ -141,7 +143,7 @@ class _DenseHead(nn.Module):
                 h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
                 if i < n_layers - 1:
                     pre = h
-                    h = activation(h)
+                    h = forward(module, h)
                     saved.append((pre, h))
         weights = parameters[0::2]
 
@@ -151,7 +153,7 @@ class _DenseHead(nn.Module):
             with torch.no_grad():
                 for i in reversed(range(n_layers)):
                     if i < n_layers - 1:
-                        g = backward(g, *saved[i])
+                        g = backward(module, g, *saved[i])
                     grads[2 * i + 1] = g.sum(1)
                     grads[2 * i] = inputs[i].transpose(1, 2).bmm(g).transpose(1, 2)
                     if i > 0:
@@ -198,8 +200,12 @@ class MLP(nn.Module):
 
     def vjp_chains(self, parameters, X: Tensor):
         """:meth:`forward_chains` and its vector-Jacobian product without autograd, for sampling: ``(outputs,
-        vjp)`` (see :meth:`_DenseHead.vjp_chains`), or None for an activation it does not cover."""
-        return self.head.vjp_chains(list(parameters), X)
+        vjp)`` (see :meth:`_DenseHead.vjp_chains`), or None (autograd runs) for an activation it does not cover
+        and for a subclass with its own ``forward_chains`` or head."""
+        head_vjp = getattr(self.head, "vjp_chains", None)
+        if head_vjp is None or type(self).forward_chains is not MLP.forward_chains:
+            return None
+        return head_vjp(list(parameters), X)
 
     def activations_per_row(self, sample_shape=None) -> int:
         """Widest layer: the activations one input row needs at once (prediction chunking)."""

@@ -352,8 +352,9 @@ class ChainPosterior:
         outputs, vjp = pulled
         lik = self.parameters[len(self.net_names):]
         closed = getattr(self.likelihood, "potential_and_grad_chains", None)
+        closed = None if closed is None else closed(outputs, y, lik, self.n_data)
         if closed is not None:
-            u, cotangent, lik_grads = closed(outputs, y, lik, self.n_data)
+            u, cotangent, lik_grads = closed
             return u, vjp(cotangent) + list(lik_grads)
         leaf = outputs.requires_grad_(True)  # (made without a graph: a leaf)
         with torch.enable_grad():

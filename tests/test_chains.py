@@ -406,7 +406,7 @@ def test_chain_posterior_equals_each_member_posterior(head, path, monkeypatch):
             torch.testing.assert_close(a[s], b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("activation", ["relu", "tanh", "logistic", "gelu", "identity"])
+@pytest.mark.parametrize("activation", ["relu", "tanh", "logistic", "gelu", "gelu-tanh", "identity"])
 @pytest.mark.parametrize("head", ["categorical", "gaussian"])
 def test_the_written_out_backward_gives_autograds_gradient(head, activation, monkeypatch):
     """The MLP's backward without autograd (``vjp_chains``, with the likelihoods' closed forms) against autograd
@@ -418,7 +418,9 @@ def test_the_written_out_backward_gives_autograds_gradient(head, activation, mon
     from bayesnet.priors import HierarchicalPrior
 
     torch.manual_seed(0)
-    net = MLP(6, (7, 5), 3, activation)
+    net = MLP(6, (7, 5), 3, activation.split("-")[0])
+    if activation == "gelu-tanh":  # a module set by hand: its own approximation
+        net.head.activation = torch.nn.GELU(approximate="tanh")
     lik = CategoricalLikelihood() if head == "categorical" else GaussianLikelihood(3)
     members = [[p.detach() + 0.3 * torch.randn_like(p) for p in [*net.parameters(), *lik.parameters()]]
                for _ in range(3)]
@@ -432,6 +434,40 @@ def test_the_written_out_backward_gives_autograds_gradient(head, activation, mon
     assert torch.equal(u, u_auto)
     for g, g_auto in zip(grads, grads_auto, strict=True):
         assert torch.equal(g, g_auto)
+
+
+def test_subclasses_with_their_own_forms_take_autograd():
+    """An MLP subclass with its own ``forward_chains`` and a likelihood subclass with its own
+    ``log_likelihood_chains`` are not sampled with the base classes' written-out gradients: ``vjp_chains`` and
+    ``potential_and_grad_chains`` decline, and the potential is the subclasses' own."""
+    from bayesnet.estimators.mlp import MLP
+    from bayesnet.likelihoods import GaussianLikelihood
+    from bayesnet.posterior import ChainPosterior
+    from bayesnet.priors import GaussianPrior
+
+    class Doubled(MLP):
+        def forward_chains(self, parameters, X):
+            return 2.0 * super().forward_chains(parameters, X)
+
+    class Laplace(GaussianLikelihood):
+        def log_likelihood_chains(self, mean, y, parameters):
+            return -(y - mean).abs().sum((1, 2))
+
+    torch.manual_seed(0)
+    net = Doubled(4, (6,), 2)
+    X, y = torch.randn(10, 4), torch.randn(10, 2)
+    members = [[*net.parameters(), *Laplace(2).parameters()] for _ in range(2)]
+    assert net.vjp_chains(members[0][:4], X) is None
+    assert Laplace(2).potential_and_grad_chains(torch.randn(2, 10, 2), y, [torch.zeros(2, 2)], 50) is None
+    posterior = ChainPosterior(net, Laplace(2), GaussianPrior(1.0), 50, members)
+    u, grads = posterior.value_and_grad((X, y))
+    params = [p.detach().requires_grad_(True) for p in posterior.parameters]
+    reference = posterior.likelihood.log_prior_chains(params[4:])
+    reference = (0.5 * sum((p * p).sum((1, 2) if p.ndim == 3 else 1) for p in params[:4])
+                 + (50 / 10) * (y - net.forward_chains(params[:4], X)).abs().sum((1, 2)) - reference)
+    torch.testing.assert_close(u, reference.detach())
+    for g, e in zip(grads, torch.autograd.grad(reference.sum(), params), strict=True):
+        torch.testing.assert_close(g, e)
 
 
 def test_an_activation_without_a_written_out_backward_takes_autograd():

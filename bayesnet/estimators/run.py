@@ -262,7 +262,10 @@ def _carry_settings(previous, sampler, state) -> None:
     (noise and momentum scales hold the temperature, friction, noise level) are dropped, and an explicit
     ``step_size`` that changed replaces the adapted (or old) one in the preconditioner. A warm-up still running
     (an interrupted fit) then adapts the step no more, and the mass only where the new settings still ask for it
-    (``preconditioner="auto"`` with an explicit step is the identity from here on: the mass set so far stays)."""
+    (with ``preconditioner="auto"`` and an explicit step it is adapted no further: the mass set so far stays, the
+    coordinates the explicit step is given in). hmc's dual averaging restarts from the explicit step (its
+    documented meaning: where the averaging starts); pt-langevin keeps the proposal scales its Robbins-Monro
+    tuning reached (an explicit step takes effect there with ``adaptation_steps=0``, the paper's mode)."""
     state.cache.clear()
     step = getattr(sampler, "step_size", "auto")
     if step != "auto" and step != getattr(previous, "step_size", "auto"):

@@ -343,6 +343,9 @@ def _measure(warm: WarmUp, potential, batch, state, inverse_mass, transform=None
 def _set_step_size(sampler, state, potential, batch) -> None:
     warm, pre = state.warmup, state.precond
     if not warm.adapt_step:
+        # (a kernel's own preconditioner still follows the warm-up it was started with: eqn's B_i, when an
+        # explicit step replaced the adapted one in a continued fit; None and nothing done otherwise)
+        sampler.prepare_step_size(state)
         pre.version += 1
         sampler.preconditioner_changed(state)
         return
