@@ -318,7 +318,8 @@ class ChainPosterior:
                 grads = torch.autograd.grad(u.sum(), self.parameters)
             self._record_virial(grads)
             return u.detach(), list(grads)
-        # the prior's gradient in closed form, added in place: autograd then runs through the likelihood only
+        # the prior's gradient in closed form, added in place: autograd, where it runs at all, goes through the
+        # network and the likelihood only
         X, y = batch
         net = self.network_parameters
         u_data, grads = self._data_term_and_grad(X, y)
