@@ -137,10 +137,10 @@ class _DenseHead(nn.Module):
         with torch.no_grad():  # (no graph: the leaves need no detaching)
             for i in range(n_layers):
                 weight, bias = parameters[2 * i], parameters[2 * i + 1]
-                if h.ndim == 2:
+                if h.ndim == 2:  # (expanded here, to be kept for the backward; linear_chains' batched path)
                     h = h.expand(weight.shape[0], *h.shape)
                 inputs.append(h)
-                h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+                h = linear_chains(h, weight, bias)
                 if i < n_layers - 1:
                     pre = h
                     h = forward(module, h)
