@@ -400,13 +400,19 @@ class EQN(Sampler):
         alone) is kept."""
         pre, layout = state.precond, state.layout
         self._share_mass(state)
-        if state.snapshot is not None and state.snapshot_mass is not pre.inverse_mass:
-            state.snapshot = state.coefficients = state.preconditioner_scale = None
+        self._drop_stale_snapshot(state)
         if layout.n_members is not None and layout.members_per_chain > 1:
             C, L = layout.chains, layout.members_per_chain
             pre.step_size = pre.step_size.reshape(C, L).mean(1, keepdim=True).expand(C, L).reshape(-1).contiguous()
         state.preconditioned_grad = None
         super().preconditioner_changed(state)
+
+    @staticmethod
+    def _drop_stale_snapshot(state: EQNState) -> None:
+        """Drop a covariance snapshot taken in another mass's coordinates (:math:`B_i = I` until the next
+        update)."""
+        if state.snapshot is not None and state.snapshot_mass is not state.precond.inverse_mass:
+            state.snapshot = state.coefficients = state.preconditioner_scale = None
 
     def _share_mass(self, state: EQNState) -> None:
         """The walkers of each chain take their mean inverse mass (one set of coordinates ``q`` per chain), once
@@ -447,7 +453,8 @@ class EQN(Sampler):
         return state
 
     def prepare_step_size(self, state: EQNState):
-        r"""With ``step_size="auto"``, the warm-up sets the :math:`B_i`: at each window's end from step
+        r"""With ``step_size="auto"`` when the chains started (also after an explicit step replaced it in a
+        continued fit: the step is then not measured), the warm-up sets the :math:`B_i`: at each window's end from step
         ``covariance_interval`` on, and at the final window's start whenever that comes, from the walkers'
         positions in the new mass's coordinates (their mean mass, the one they run with), before the curvature
         for the new step size is measured with them. (Before the first update each walker's curvature is
@@ -466,8 +473,8 @@ class EQN(Sampler):
         if state.step > 0 and (state.step >= self.covariance_interval or state.step == final_start):
             self._share_mass(state)  # the coordinates the B_i are built in and act in
             self.update_preconditioner(state)
-        elif state.snapshot is not None and state.snapshot_mass is not state.precond.inverse_mass:
-            state.snapshot = state.coefficients = state.preconditioner_scale = None
+        else:
+            self._drop_stale_snapshot(state)
         if state.snapshot is None:
             return None
         return lambda vectors: self.apply_preconditioner(state, vectors)
@@ -493,8 +500,8 @@ class EQN(Sampler):
         positions), the coefficients :math:`M_i` (``(C, L, L, L)``) and the
         largest eigenvalue of each :math:`B_i` (``(S,)``) in the state.
         :meth:`step` calls it every ``covariance_interval`` steps at an explicit
-        step size, :meth:`prepare_step_size` during a warm-up that adapts the
-        step; a no-op with fewer than 3 walkers per chain or :math:`\eta = 0`
+        step size, :meth:`prepare_step_size` during a warm-up started with
+        ``step_size="auto"``; a no-op with fewer than 3 walkers per chain or :math:`\eta = 0`
         (:math:`B = I`).
         """
         S, L, eta = state.layout.n_members, int(self.n_walkers), self._blending(state)
