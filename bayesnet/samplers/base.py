@@ -437,11 +437,12 @@ class Sampler(BaseEstimator):
         return step
 
     def prepare_step_size(self, state: SamplerState):
-        """Called by a warm-up that adapts the step size whenever it is about to measure the curvature for a new
-        step (at its start and at each window's end, after the new mass is set). A kernel whose step is preconditioned by more
-        than the diagonal mass sets that preconditioner here and returns it as a symmetric linear map on
-        vectors shaped like the positions, in the mass's coordinates (eqn's walkers' covariance ``B_i``), so
-        that the curvature measured is the one its step meets; None (the default): the mass alone."""
+        """Called by the warm-up at its start and at each window's end, after the new mass is set and before the
+        curvature for a new step is measured (a warm-up that no longer adapts the step, after an explicit step
+        replaced it in a continued fit, calls it all the same and measures nothing). A kernel whose step is
+        preconditioned by more than the diagonal mass sets that preconditioner here and returns it as a symmetric
+        linear map on vectors shaped like the positions, in the mass's coordinates (eqn's walkers' covariance
+        ``B_i``), so that the curvature measured is the one its step meets; None (the default): the mass alone."""
         return None
 
     def warmup_frozen(self, state: SamplerState) -> None:
