@@ -637,6 +637,42 @@ def test_auto_burn_in_takes_at_most_half_of_a_fixed_number_of_epochs():
     assert est.trace_.burn_in == 60 and est.fit_status_["steps_taken"] == 120 and est.n_draws_kept_ == 5
 
 
+@pytest.mark.parametrize("burn_in, n_draws, steps_per_draw, expected", [
+    (1000, 100, 1, 10), (1200, 100, 1, 12), (2000, 100, 1, 20), (6400, 100, 1, 64), (20_000, 100, 1, 200),
+    (2000, 1000, 1, 10), (6400, 100, 250, 10), (20_000, 7, 1, 2858),
+])
+def test_auto_thinning_spaces_the_draws_like_the_auto_burn_in(burn_in, n_draws, steps_per_draw, expected):
+    """thinning="auto" after burn_in="auto": the draws span as many steps as the burn-in, never fewer than the
+    sampler's default_thinning apart (10; a sampler whose candidates are already steps_per_draw apart, such
+    as tacthmc's 250, keeps its own); after an explicit burn_in, the sampler's default; a number as given."""
+    from bayesnet.estimators.run import resolve_thinning
+    from bayesnet.samplers import SGHMC, TACTHMC
+
+    assert resolve_thinning("auto", SGHMC, burn_in, n_draws, steps_per_draw) == expected
+    assert resolve_thinning("auto", SGHMC, None, n_draws, steps_per_draw) == 10  # an explicit burn_in
+    assert resolve_thinning(3, SGHMC, burn_in, n_draws, steps_per_draw) == 3
+    assert resolve_thinning("auto", TACTHMC, 1000, 100, 250) == 1
+
+
+def test_auto_thinning_follows_the_auto_burn_in_in_a_fit_and_a_continued_fit():
+    """A default fit on 1,000 rows (8 batches of 128 per epoch): 1,600 burn-in steps, thinning 1600 / 20 = 80
+    (the 20 draws span 1,600 steps); burn_in set explicitly: thinning 10. A continued fit asking for 40 draws
+    keeps the draws 1600 / 40 = 40 steps apart."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1000, 3))
+    y = (X[:, 0] > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier((4,), n_draws=20, random_state=0).fit(X, y)
+        assert est.trace_.burn_in == 1600 and est.plan_.thinning == est.trace_.thinning == 80
+        assert np.all(np.diff(np.ravel(est.trace_.steps)) == 80) and est.n_draws_kept_ == 20
+        explicit = BayesianMLPClassifier((4,), n_draws=20, burn_in=1600, random_state=0).fit(X, y)
+        assert explicit.trace_.thinning == 10
+        est.set_params(n_draws=40)
+        est.partial_fit(X, y)
+        assert est.trace_.thinning == 40 and est.n_draws_kept_ == 40
+
+
 def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():
     """The default on 700 rows of 64-row batches (11 per epoch): 2,200 discarded steps, the warm-up as long
     (its report), then n_draws * thinning steps of draws (rounded up to whole epochs); burn_in=300 is taken as

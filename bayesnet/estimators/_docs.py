@@ -46,8 +46,13 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         Keep every ``thinning``-th candidate step after burn-in (every step
         is a candidate, except for tacthmc, which offers only the steps at
         unit temperature that are multiples of its ``steps_per_sample``, and
-        hmc, where a step is a whole trajectory). "auto" is 10, or 1 for
-        tacthmc.
+        hmc, where a step is a whole trajectory). "auto" spaces the draws
+        like the burn-in: after ``burn_in="auto"`` the ``n_draws`` draws span
+        as many steps as the burn-in, ``ceil(burn_in / (n_draws *
+        steps_per_draw))`` steps apart but at least the sampler's
+        ``default_thinning`` (10; 1 for tacthmc, whose candidates are
+        already 250 steps apart); after an explicit ``burn_in``, the
+        sampler's ``default_thinning``.
     n_chains : int, default=1
         Independent chains. On one device they advance together in one
         batched forward and backward pass (batched matrix products and grouped
