@@ -652,6 +652,12 @@ def test_auto_thinning_spaces_the_draws_like_the_auto_burn_in(burn_in, n_draws, 
     assert resolve_thinning("auto", SGHMC, None, n_draws, steps_per_draw) == 10  # an explicit burn_in
     assert resolve_thinning(3, SGHMC, burn_in, n_draws, steps_per_draw) == 3
     assert resolve_thinning("auto", TACTHMC, 1000, 100, 250) == 1
+    # the longest default draw phase (a 20,000-step burn-in) stays below what compile="auto" compiles: on the CPU
+    # the eager MLP step is about as fast as the compiled one (benchmarks/README.md, compile_step.py)
+    from bayesnet.estimators.run import AUTO_BURN_IN_MAX
+    from bayesnet.samplers.compiled import COMPILE_MIN_STEPS
+
+    assert 100 * resolve_thinning("auto", SGHMC, AUTO_BURN_IN_MAX, 100) < COMPILE_MIN_STEPS
 
 
 def test_auto_thinning_follows_the_auto_burn_in_in_a_fit_and_a_continued_fit():

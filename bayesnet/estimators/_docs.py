@@ -117,9 +117,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         ``torch.compile`` (:mod:`bayesnet.samplers.compiled`): True
         for every sampler (sgld, sghmc, sgnht, baoab, eqn and tacthmc their
         whole step; hmc its leapfrog step; pt-langevin its gradient), "auto" only for runs
-        of at least 20,000 steps after the warm-up (the compilation, 3-15 s
-        on a CPU, is repaid at 0.2-1 ms saved per step; eqn's first, cold
-        compilation only after about 50,000 steps; hmc's steps are
+        of at least 50,000 steps after the warm-up, longer than any default
+        fit's (the compilation takes 3-15 s on a CPU, and since the MLP's
+        written-out gradient the eager step is about as fast as the
+        compiled one there; hmc's steps are
         transitions of about ``n_leapfrog`` leapfrog steps, each saving
         2-3 ms on a small MLP, so "auto" is conservative there and
         True compiles shorter hmc runs that repay it), False never. A

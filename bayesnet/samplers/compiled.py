@@ -45,11 +45,15 @@ __all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "comp
            "write_back"]
 
 #: with ``compile="auto"``, a run compiles only when it has at least this many steps after its warm-up.
-#: Measured (``benchmarks/compile_step.py``, one busy CPU core): the compiled SGHMC step saves 0.3-1.1 ms of
-#: 0.5-2.4 ms per step on MLPs of 30-16-2 and 784-100-10, and its first compilation costs 3.6-9.8 s, so it repays
-#: after 1,000-25,000 steps; the defaults' 1,000 draws' steps never would. (eqn saves 0.3-0.5 ms per step and compiles
-#: in 3 s with a warm cache, 12-14 s cold: it repays after 10,000-50,000 steps.)
-COMPILE_MIN_STEPS = 20_000
+#: Measured (``benchmarks/compile_step.py``, one busy CPU core), 2026-11-23: the compiled SGHMC step saved 0.3-1.1 ms
+#: of 0.5-2.4 ms per step on MLPs of 30-16-2 and 784-100-10, and its first compilation costs 3.6-9.8 s, so it repaid
+#: after 1,000-25,000 steps (eqn saves 0.3-0.5 ms per step and compiles in 3 s with a warm cache, 12-14 s cold: it
+#: repays after 10,000-50,000 steps); 20,000 was the threshold then. Since the MLP's written-out gradient
+#: (2026-11-26) the eager estimator step has caught up on the CPU: the whole fit's step of the 30-16-2 MLP 0.304 ms
+#: eager against 0.347 compiled (one chain), 0.556 against 0.554 (16 chains), and a 784-100-10 fit's 1.96-2.05 ms
+#: against 1.90-2.22. A default fit's draws span its burn-in (up to 20,000 steps, from 12,673 rows on), where a
+#: compilation would now cost 3-9 s and save nothing: the threshold is above that.
+COMPILE_MIN_STEPS = 50_000
 
 
 def potential_gradients(potentials):
