@@ -639,7 +639,7 @@ def test_auto_burn_in_takes_at_most_half_of_a_fixed_number_of_epochs():
 
 @pytest.mark.parametrize("burn_in, n_draws, steps_per_draw, expected", [
     (1000, 100, 1, 10), (1200, 100, 1, 12), (2000, 100, 1, 20), (6400, 100, 1, 64), (20_000, 100, 1, 200),
-    (2000, 1000, 1, 10), (6400, 100, 250, 10), (20_000, 7, 1, 2858),
+    (2000, 1000, 1, 10), (6400, 100, 250, 10), (20_000, 7, 1, 2857), (1052, 100, 1, 10),
 ])
 def test_auto_thinning_spaces_the_draws_like_the_auto_burn_in(burn_in, n_draws, steps_per_draw, expected):
     """thinning="auto" after burn_in="auto": the draws span as many steps as the burn-in, never fewer than the
@@ -652,6 +652,7 @@ def test_auto_thinning_spaces_the_draws_like_the_auto_burn_in(burn_in, n_draws, 
     assert resolve_thinning("auto", SGHMC, None, n_draws, steps_per_draw) == 10  # an explicit burn_in
     assert resolve_thinning(3, SGHMC, burn_in, n_draws, steps_per_draw) == 3
     assert resolve_thinning("auto", TACTHMC, 1000, 100, 250) == 1
+    assert resolve_thinning("auto", TACTHMC, 20_000, 5, 250.00000000000003) == 16  # few draws: offered steps apart
     # the longest default draw phase (a 20,000-step burn-in) stays below what compile="auto" compiles: on the CPU
     # the eager MLP step is about as fast as the compiled one (benchmarks/README.md, compile_step.py)
     from bayesnet.estimators.run import AUTO_BURN_IN_MAX
@@ -677,6 +678,11 @@ def test_auto_thinning_follows_the_auto_burn_in_in_a_fit_and_a_continued_fit():
         est.set_params(n_draws=40)
         est.partial_fit(X, y)
         assert est.trace_.thinning == 40 and est.n_draws_kept_ == 40
+        # a run of max_epochs epochs: the burn-in is at most half of it, and the draws (rounded down, 1052 // 100
+        # = 10 apart) still all fit in the other half (rounded up, 11 apart, the 100th would not)
+        capped = BayesianMLPClassifier((4,), n_draws=100, max_epochs=263, random_state=0).fit(X, y)
+        assert capped.trace_.burn_in == 1052 and capped.trace_.thinning == 10
+        assert capped.n_draws_kept_ == 100 and capped.fit_status_["status"] == "complete"
 
 
 def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():

@@ -237,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="sampler steps discarded first, or auto: 200 passes over the training data, at least "
                                f"1000 and at most 20000 steps (default: {_per_dataset('burn_in')})")
     sampling.add_argument("--thinning", type=_thinning, metavar="K",
-                          help="keep every K-th step after burn-in, or auto: the sampler's own (10; 1 for tacthmc) "
+                          help="keep every K-th step after burn-in, or auto: after an auto burn-in, draws spanning about "
+                               "as many steps as it, at least the sampler's own spacing apart (10; 1 for tacthmc) "
                                f"(default: {_per_dataset('thinning')})")
     sampling.add_argument("--batch-size", type=_batch_size, metavar="ROWS",
                           help="rows per mini-batch, full for the whole training set, or auto (128; full for hmc) "

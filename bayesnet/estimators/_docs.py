@@ -48,7 +48,7 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         unit temperature that are multiples of its ``steps_per_sample``, and
         hmc, where a step is a whole trajectory). "auto" spaces the draws
         like the burn-in: after ``burn_in="auto"`` the ``n_draws`` draws span
-        as many steps as the burn-in, ``ceil(burn_in / (n_draws *
+        about as many steps as the burn-in, ``floor(burn_in / (n_draws *
         steps_per_draw))`` steps apart but at least the sampler's
         ``default_thinning`` (10; 1 for tacthmc, whose candidates are
         already 250 steps apart); after an explicit ``burn_in``, the
@@ -214,7 +214,7 @@ ATTRIBUTES_DOC = """
         their positions: sgld, sghmc, sgnht, baoab, eqn; about
         ``temperature`` at equilibrium, below it while the positions have
         not reached their typical set; not measured on the compiled path,
-        which ``compile="auto"`` takes for runs of 20,000 steps or more
+        which ``compile="auto"`` takes for runs of 50,000 steps or more
         after the warm-up), ``thermostat`` (sgnht),
         ``acceptance_rate`` and ``n_divergent`` (hmc), ``n_steps``, and
         ``max_rhat``/``min_ess_bulk`` over ``convergence_`` (function-space

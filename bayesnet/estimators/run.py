@@ -72,8 +72,10 @@ def resolve_batch_size(batch_size, n_data: int, full_batch: bool) -> int:
 def resolve_thinning(thinning, cls, auto_burn_in: int | None = None, n_draws: int = 1,
                      steps_per_draw: int = 1) -> int:
     """``thinning="auto"``: the sampler's ``default_thinning``, or, after a ``burn_in="auto"`` of ``auto_burn_in``
-    steps, at least enough steps between draws that the ``n_draws`` draws span as many steps as the burn-in,
-    ``ceil(auto_burn_in / (n_draws * steps_per_draw))`` (``steps_per_draw`` the sampler's steps per candidate).
+    steps, more where the ``n_draws`` draws would span fewer steps than the burn-in:
+    ``floor(auto_burn_in / (n_draws * steps_per_draw))`` (``steps_per_draw`` the sampler's steps per candidate;
+    rounded down, so that a run of ``max_epochs`` epochs, whose draw phase is as long as its burn-in, still has
+    room for every draw).
 
     The burn-in counts passes over the data (:func:`resolve_burn_in`); the draws should too. A fixed 10 steps
     per draw spans 1,000 steps whatever the data: 100 passes over digits' 1,257 training rows, 32 over
@@ -87,7 +89,8 @@ def resolve_thinning(thinning, cls, auto_burn_in: int | None = None, n_draws: in
     floor = int(cls.default_thinning)
     if auto_burn_in is None:
         return floor
-    return max(floor, math.ceil(int(auto_burn_in) / (max(int(n_draws), 1) * max(int(steps_per_draw), 1))))
+    span = int(auto_burn_in) / (max(int(n_draws), 1) * max(float(steps_per_draw), 1.0))
+    return max(floor, math.floor(span + 1e-9))  # (tacthmc's 250 steps per draw are 250.00000000000003)
 
 
 #: ``burn_in="auto"``: at least this many steps, ...

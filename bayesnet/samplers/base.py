@@ -260,7 +260,8 @@ class Sampler(BaseEstimator):
     """
 
     name: ClassVar[str] = ""
-    #: thinning the estimators use for ``thinning="auto"`` (samplers that thin themselves use 1)
+    #: the least thinning the estimators' ``thinning="auto"`` gives (samplers that thin themselves use 1); after
+    #: ``burn_in="auto"`` it grows until the draws span the burn-in (``bayesnet.estimators.run.resolve_thinning``)
     default_thinning: ClassVar[int] = 10
     #: whether the kernel wants the full batch by default (Metropolis tests need exact energies)
     full_batch: ClassVar[bool] = False
