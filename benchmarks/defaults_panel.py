@@ -23,7 +23,8 @@ deep ensemble (5)
     steps: 2000 by default, the number of sampler steps a default bayesnet
     fit took when this panel was written (``burn_in=1000``, then a fixed
     default, plus ``n_draws=100`` x ``thinning=10``; ``burn_in="auto"`` now
-    gives 1000 to 20,000 steps, 6,400 on MNIST-1D), with early stopping as a user would
+    gives 1000 to 20,000 steps, 6,400 on MNIST-1D, and ``thinning="auto"``
+    spaces the draws over as many steps again), with early stopping as a user would
     train them: 10 % of the training rows held out, the validation loss
     checked every epoch (at least every 20 steps), the best weights kept,
     stop after 10 checks without improvement. (Without it, 2000 steps on
