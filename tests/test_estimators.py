@@ -678,6 +678,13 @@ def test_auto_thinning_follows_the_auto_burn_in_in_a_fit_and_a_continued_fit():
         est.set_params(n_draws=40)
         est.partial_fit(X, y)
         assert est.trace_.thinning == 40 and est.n_draws_kept_ == 40
+        # tacthmc: each offered step counts as the ~250 steps it costs (floor(1600 / (2 * 250)) = 3); a continued fit
+        # with half the steps per sample keeps its draws 6 offered steps apart, as a new plan would
+        tact = BayesianMLPClassifier((4,), sampler="tacthmc", n_draws=2, random_state=0).fit(X, y)
+        assert tact.trace_.thinning == 3
+        tact.set_params(sampler__steps_per_sample=25)
+        tact.partial_fit(X, y)
+        assert tact.trace_.thinning == 6
         # a run of max_epochs epochs: the burn-in is at most half of it, and the draws (rounded down, 1052 // 100
         # = 10 apart) still all fit in the other half (rounded up, 11 apart, the 100th would not)
         capped = BayesianMLPClassifier((4,), n_draws=100, max_epochs=263, random_state=0).fit(X, y)

@@ -334,10 +334,12 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     for key in ("noise_shape", "noise_scale"):
         if key in changed:
             setattr(net.criterion_, key, float(now[key]))
-    if changed & {"n_draws", "thinning"}:
-        net.trace_.reconfigure(n_draws=int(net.n_draws), thinning=resolve_thinning(
-            net.thinning, type(net.sampler_), net.trace_.burn_in if net.burn_in == "auto" else None,
-            int(net.n_draws), net.sampler_.steps_per_draw()))
+    # the draws' spacing as a new plan would resolve it (make_plan, below, for a completed run): an auto thinning
+    # also follows the sampler's steps per draw (tacthmc's steps_per_sample), not only n_draws
+    thinning = resolve_thinning(net.thinning, type(net.sampler_), net.trace_.burn_in if net.burn_in == "auto"
+                                else None, int(net.n_draws), net.sampler_.steps_per_draw())
+    if int(net.n_draws) != net.trace_.n_draws or thinning != net.trace_.thinning:
+        net.trace_.reconfigure(n_draws=int(net.n_draws), thinning=thinning)
     new_data = fingerprint(X, y)
     if new_data != net.data_fingerprint_:
         net.sampler_.reset_cache(net.sampler_state_)
