@@ -70,7 +70,7 @@ def resolve_batch_size(batch_size, n_data: int, full_batch: bool) -> int:
 
 
 def resolve_thinning(thinning, cls, auto_burn_in: int | None = None, n_draws: int = 1,
-                     steps_per_draw: int = 1) -> int:
+                     steps_per_draw: float = 1) -> int:
     """``thinning="auto"``: the sampler's ``default_thinning``, or, after a ``burn_in="auto"`` of ``auto_burn_in``
     steps, more where the ``n_draws`` draws would span fewer steps than the burn-in:
     ``floor(auto_burn_in / (n_draws * steps_per_draw))`` (``steps_per_draw`` the sampler's steps per candidate;
@@ -91,6 +91,14 @@ def resolve_thinning(thinning, cls, auto_burn_in: int | None = None, n_draws: in
         return floor
     span = int(auto_burn_in) / (max(int(n_draws), 1) * max(float(steps_per_draw), 1.0))
     return max(floor, math.floor(span + 1e-9))  # (tacthmc's 250 steps per draw are 250.00000000000003)
+
+
+def net_thinning(net, cls, burn_in: int, steps_per_draw: float) -> int:
+    """``net.thinning`` resolved (:func:`resolve_thinning`) for chains whose burn-in is ``burn_in`` steps and a
+    sampler of class ``cls`` taking ``steps_per_draw`` steps per candidate: the burn-in counts only where
+    ``net.burn_in`` is "auto". One rule for a new plan and for a continued fit's trace."""
+    return resolve_thinning(net.thinning, cls, burn_in if net.burn_in == "auto" else None, int(net.n_draws),
+                            steps_per_draw)
 
 
 #: ``burn_in="auto"``: at least this many steps, ...
@@ -144,8 +152,7 @@ def make_plan(net, n_data: int, step_offset: int = 0, burn_in: int | None = None
                          "the burn-in would come from a kernel still adapting. Set burn_in to at least "
                          "adaptation_steps, or adaptation_steps='auto' (the burn-in).")
     steps_per_draw = probe.steps_per_draw()
-    thinning = resolve_thinning(net.thinning, cls, burn_in if net.burn_in == "auto" else None, int(net.n_draws),
-                                steps_per_draw)
+    thinning = net_thinning(net, cls, burn_in, steps_per_draw)
     return RunPlan(n_data=n_data, batch_size=batch_size,
                    burn_in=burn_in, n_draws=int(net.n_draws), thinning=thinning,
                    steps_per_draw=steps_per_draw, max_epochs=net.max_epochs,
@@ -336,8 +343,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
             setattr(net.criterion_, key, float(now[key]))
     # the draws' spacing as a new plan would resolve it (make_plan, below, for a completed run): an auto thinning
     # also follows the sampler's steps per draw (tacthmc's steps_per_sample), not only n_draws
-    thinning = resolve_thinning(net.thinning, type(net.sampler_), net.trace_.burn_in if net.burn_in == "auto"
-                                else None, int(net.n_draws), net.sampler_.steps_per_draw())
+    thinning = net_thinning(net, type(net.sampler_), net.trace_.burn_in, net.sampler_.steps_per_draw())
     if int(net.n_draws) != net.trace_.n_draws or thinning != net.trace_.thinning:
         net.trace_.reconfigure(n_draws=int(net.n_draws), thinning=thinning)
     new_data = fingerprint(X, y)
