@@ -7,6 +7,7 @@
 #                                         # with CUDA graphs; the estimator's step eager and with CUDA graphs), the
 #                                         # torch loop, posteriors and BlackJAX on the GPU
 #   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
+#   bash benchmarks/gpu_check.sh diag     # where an estimator's step goes: reads that wait for the GPU, a profile
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
 # Run it from the repository's root. Each step has its own time limit (each phase's fit in one 10-minute device
@@ -39,8 +40,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
 }
 
 for phase in "${@:-tests}"; do
-    case "$phase" in tests|fit|peers|bench) ;; *)
-        echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench ...] (from the repository's root)" >&2
+    case "$phase" in tests|fit|peers|bench|diag) ;; *)
+        echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench|diag ...] (from the repository's root)" >&2
         exit 2 ;;
     esac
 done
@@ -53,7 +54,7 @@ case "$phase" in
 tests)
     # every test that needs CUDA, and the CPU-side tests of the device handling beside them
     step cuda_tests 90 $PY -m pytest -q -p no:cacheprovider -rfEs -n 8 -k "cuda or device" \
-        tests/test_architectures.py tests/test_estimators.py tests/test_io.py tests/test_pt_langevin.py \
+        tests/test_architectures.py tests/test_estimators.py tests/test_io.py tests/test_pt_langevin.py tests/test_chains.py \
         tests/test_cli.py tests/test_faults.py
     tail -25 "$OUT/cuda_tests.log"
     ;;
@@ -77,13 +78,18 @@ peers)
     grep -A6 "Seconds per sampler step" "$OUT/peers_graphs.log"
     ;;
 bench)
+    # prediction and the chain axis first: short; the panel last (the longest)
+    step predict 90 $PY benchmarks/predict_throughput.py --device cuda --repeats 3
+    tail -15 "$OUT/predict.log"
+    step chains 45 $PY benchmarks/chains_vectorised.py --device cuda --repeats 3
+    tail -15 "$OUT/chains.log"
     step panel 150 $PY benchmarks/defaults_panel.py --tasks digits mnist1d-cnn --device cuda --row-timeout 120 \
         --baseline-steps 2000 --output "$OUT/panel.csv"
     grep -A30 "^all rows" "$OUT/panel.log" | head -30
-    step chains 45 $PY benchmarks/chains_vectorised.py --device cuda --repeats 3
-    tail -15 "$OUT/chains.log"
-    step predict 45 $PY benchmarks/predict_throughput.py --device cuda --repeats 3
-    tail -15 "$OUT/predict.log"
+    ;;
+diag)
+    step diag 150 $PY benchmarks/gpu_diag.py --device cuda
+    grep -A20 "^==" "$OUT/diag.log" | grep -v "^\s*$" | head -60
     ;;
 esac
 done

@@ -364,15 +364,20 @@ def test_cuda_every_sampler_each_architecture_and_cpu_reload(cls, sampler, digit
     est.fit(Xtr, ytr)
     assert est.sampler_state_.position[0].device.type == "cuda"
     assert est.trace_.draws().device.type == "cpu"  # draws are stored on the CPU
-    expected = est.predict(Xte[:50])
+    # probabilities, not labels: after 24 steps a class can win by less than the GPU's and the CPU's float32
+    # rounding differ (on the first GPU one CNN label of 50 flipped between the two devices)
+    predict = "predict" if cls is BayesianRNNRegressor else "predict_proba"
+    expected = getattr(est, predict)(Xte[:50])
     blob = pickle.dumps(est)
     again = pickle.loads(blob)
-    np.testing.assert_allclose(again.predict(Xte[:50]), expected, atol=1e-4)
+    np.testing.assert_allclose(getattr(again, predict)(Xte[:50]), expected, atol=1e-4)
     # a CUDA-fitted model predicts on the CPU where there is no GPU (simulated by its unpickling hook)
     state = again.__getstate__()
     again.device_ = torch.device("cpu")
     again.module_.to("cpu")
-    np.testing.assert_allclose(again.predict(Xte[:50]), expected, atol=1e-4)
+    # cuDNN convolves in TF32 by default (torch.backends.cudnn.allow_tf32): the CNN's probabilities differ
+    # from the CPU's by up to 2e-4 (the first GPU)
+    np.testing.assert_allclose(getattr(again, predict)(Xte[:50]), expected, atol=1e-3)
     assert state is not None
 
 

@@ -1,0 +1,100 @@
+"""Where an estimator's step spends its time on a device: the reads that wait for it and a profile of the fit.
+
+    python benchmarks/gpu_diag.py --device cuda     # on a GPU machine (gpu_check.sh diag)
+    python benchmarks/gpu_diag.py --device cpu      # the same fits on the CPU, for comparison (no sync count)
+
+Two fits: the README's default classifier on breast cancer (all 569 rows, standardised) and a 784-100-10 MLP
+of 1,024 sghmc steps at a fixed step size on random data (16,384 rows, batch 128). Each is fitted once to warm
+up, then timed (µs per sampler step, setup included), then, on CUDA, fitted again under CUDA's sync debug mode
+(``torch.cuda.set_sync_debug_mode("warn")``), which warns at every call that waits for the GPU: the report
+counts them by source line. Last, a ``cProfile`` of one more fit, sorted by the time spent in each function
+itself: on a GPU that shows the host time each torch call costs (launch-bound when it is most of a step) and
+any wait for the device (in the method that reads). The report is printed and written to
+``$OUT/diag_<device>.txt`` (or the current folder). The figures of the last GPU run are in benchmarks/README.md,
+"The second lease".
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import collections
+import io
+import os
+import pstats
+import time
+import warnings
+
+import numpy as np
+import torch
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+from bayesnet import BayesianMLPClassifier
+
+
+def fits(device: str) -> dict:
+    rng = np.random.default_rng(0)
+    Xc, yc = load_breast_cancer(return_X_y=True)
+    Xc = StandardScaler().fit_transform(Xc).astype(np.float32)
+    X784 = rng.random((16384, 784), dtype=np.float32)
+    y784 = rng.integers(0, 10, 16384)
+    return {
+        "cancer-default": lambda: BayesianMLPClassifier(device=device, random_state=0).fit(Xc, yc),
+        "784-100-10": lambda: BayesianMLPClassifier(
+            hidden_layer_sizes=(100,), batch_size=128, max_epochs=8, burn_in=524, n_draws=50, thinning=10,
+            sampler__step_size=1e-6, device=device, random_state=0).fit(X784, y784),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--top", type=int, default=30, help="functions listed from the profile")
+    args = parser.parse_args(argv)
+    device = args.device
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    report = []
+    for name, fit in fits(device).items():
+        fit()  # warm: the first fit pays for the allocator, cuBLAS's handles, the kernels' first loads
+        sync()
+        t0 = time.perf_counter()
+        est = fit()
+        sync()
+        seconds = time.perf_counter() - t0
+        steps = est.sampler_state_.step
+        report.append(f"== {name}: {seconds:.2f} s, {steps} steps, {1e6 * seconds / steps:.0f} us/step")
+        if device.startswith("cuda"):
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    fit()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+            sites = collections.Counter(f"{os.path.relpath(w.filename)}:{w.lineno}" for w in caught
+                                        if "synchroniz" in str(w.message))
+            total = sum(sites.values())
+            report.append(f"   synchronising calls: {total} ({total / steps:.3f} per step)")
+            report += [f"   {count:6d} {site}" for site, count in sites.most_common(25)]
+        profile = cProfile.Profile()
+        profile.enable()
+        fit()
+        sync()
+        profile.disable()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(args.top)
+        report.append(text.getvalue())
+    out = "\n".join(report)
+    print(out)
+    with open(os.path.join(os.environ.get("OUT", "."), f"diag_{device.split(':')[0]}.txt"), "w") as fh:
+        fh.write(out)
+
+
+if __name__ == "__main__":
+    main()
