@@ -663,7 +663,8 @@ def add_ratios(rows):
                     if floor is not None:
                         check(f"acc<{floor}", acc, lambda a: a >= floor)
             else:
-                best = np.nanmin([_get(group, "sklearn MLP", "rmse"), _get(group, "Ridge", "rmse")])
+                baselines = [_get(group, "sklearn MLP", "rmse"), _get(group, "Ridge", "rmse")]
+                best = np.nanmin(baselines) if np.isfinite(baselines).any() else float("nan")  # (--methods)
                 row["rmse_vs_best_baseline"] = row["rmse"] / best
                 row["nll_minus_ensemble"] = row["nll"] - _get(group, "deep ensemble", "nll")
                 row["width_vs_laplace"] = row["width"] / _get(group, "laplace", "width")

@@ -7,6 +7,7 @@
 #                                         # with CUDA graphs; the estimator's step eager and with CUDA graphs), the
 #                                         # torch loop, posteriors and BlackJAX on the GPU
 #   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
+#   bash benchmarks/gpu_check.sh rnn      # the defaults panel's recurrent rows (MNIST-1D, Mackey-Glass) on the GPU
 #   bash benchmarks/gpu_check.sh diag     # where an estimator's step goes: reads that wait for the GPU, a profile
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
@@ -40,8 +41,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
 }
 
 for phase in "${@:-tests}"; do
-    case "$phase" in tests|fit|peers|bench|diag) ;; *)
-        echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench|diag ...] (from the repository's root)" >&2
+    case "$phase" in tests|fit|peers|bench|rnn|diag) ;; *)
+        echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench|rnn|diag ...] (from the repository's root)" >&2
         exit 2 ;;
     esac
 done
@@ -87,9 +88,17 @@ bench)
         --baseline-steps 2000 --output "$OUT/panel.csv"
     grep -A30 "^all rows" "$OUT/panel.log" | head -30
     ;;
+rnn)
+    # the panel's recurrent rows (issue 13 asks for them on a GPU; never run there yet): bayesnet and the deep
+    # ensemble only, each row time-limited
+    step panel_rnn 420 $PY benchmarks/defaults_panel.py --tasks mnist1d-rnn mackey-rnn --methods bayesnet ensemble \
+        --device cuda --row-timeout 200 --baseline-steps 2000 --output "$OUT/panel_rnn.csv"
+    grep -A20 "^all rows" "$OUT/panel_rnn.log" | head -20
+    ;;
 diag)
     step diag 150 $PY benchmarks/gpu_diag.py --device cuda
     grep -A20 "^==" "$OUT/diag.log" | grep -v "^\s*$" | head -60
+    grep -i "cudagraph\|recompil" "$OUT/diag.log" | sort | uniq -c | sort -rn | head -10
     ;;
 esac
 done

@@ -3,15 +3,17 @@
     python benchmarks/gpu_diag.py --device cuda     # on a GPU machine (gpu_check.sh diag)
     python benchmarks/gpu_diag.py --device cpu      # the same fits on the CPU, for comparison (no sync count)
 
-Two fits: the README's default classifier on breast cancer (all 569 rows, standardised) and a 784-100-10 MLP
-of 1,024 sghmc steps at a fixed step size on random data (16,384 rows, batch 128). Each is fitted once to warm
-up, then timed (µs per sampler step, setup included), then, on CUDA, fitted again under CUDA's sync debug mode
-(``torch.cuda.set_sync_debug_mode("warn")``), which warns at every call that waits for the GPU: the report
-counts them by source line. Last, a ``cProfile`` of one more fit, sorted by the time spent in each function
-itself: on a GPU that shows the host time each torch call costs (launch-bound when it is most of a step) and
-any wait for the device (in the method that reads). The report is printed and written to
-``$OUT/diag_<device>.txt`` (or the current folder). The figures of the last GPU run are in benchmarks/README.md,
-"The second lease".
+Two fits: the README's default classifier on breast cancer (all 569 rows, standardised) and a 784-100-10 MLP of
+1,024 sghmc steps at a fixed step size on random data (16,384 rows, batch 128); on CUDA also the second with its
+transition compiled with CUDA graphs (``compile=True, compile__mode="reduce-overhead"``), with the compiler's
+counters at the end of the report (torch's own messages about CUDA graphs, skipped or recorded again, and
+recompilations go to stderr). Each is fitted once to warm up, then timed (µs per sampler step, setup included),
+then, on CUDA, fitted again under CUDA's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``), which
+warns at every call that waits for the GPU: the report counts them by source line. Last, a ``cProfile`` of one
+more fit, sorted by the time spent in each function itself: on a GPU that shows the host time each torch call
+costs (launch-bound when it is most of a step) and any wait for the device (in the method that reads). The
+report is printed and written to ``$OUT/diag_<device>.txt`` (or the current folder). The figures of the last GPU
+run are in benchmarks/README.md, "The second lease".
 """
 from __future__ import annotations
 
@@ -38,12 +40,16 @@ def fits(device: str) -> dict:
     Xc = StandardScaler().fit_transform(Xc).astype(np.float32)
     X784 = rng.random((16384, 784), dtype=np.float32)
     y784 = rng.integers(0, 10, 16384)
-    return {
+    mlp784 = dict(hidden_layer_sizes=(100,), batch_size=128, max_epochs=8, burn_in=524, n_draws=50, thinning=10,
+                  sampler__step_size=1e-6, device=device, random_state=0)
+    jobs = {
         "cancer-default": lambda: BayesianMLPClassifier(device=device, random_state=0).fit(Xc, yc),
-        "784-100-10": lambda: BayesianMLPClassifier(
-            hidden_layer_sizes=(100,), batch_size=128, max_epochs=8, burn_in=524, n_draws=50, thinning=10,
-            sampler__step_size=1e-6, device=device, random_state=0).fit(X784, y784),
+        "784-100-10": lambda: BayesianMLPClassifier(**mlp784).fit(X784, y784),
     }
+    if device.startswith("cuda"):  # the transition compiled with CUDA graphs, inside the estimator
+        jobs["784-100-10 cuda graphs"] = lambda: BayesianMLPClassifier(
+            **mlp784, compile=True, compile__mode="reduce-overhead").fit(X784, y784)
+    return jobs
 
 
 def main(argv=None) -> None:
@@ -60,6 +66,8 @@ def main(argv=None) -> None:
             torch.cuda.synchronize()
 
     report = []
+    if device.startswith("cuda"):  # torch's own messages, on stderr: CUDA graphs skipped or recorded again
+        torch._logging.set_logs(cudagraphs=True, perf_hints=True, recompiles=True)
     for name, fit in fits(device).items():
         fit()  # warm: the first fit pays for the allocator, cuBLAS's handles, the kernels' first loads
         sync()
@@ -90,6 +98,10 @@ def main(argv=None) -> None:
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(args.top)
         report.append(text.getvalue())
+    if device.startswith("cuda"):
+        from torch._dynamo.utils import counters
+
+        report.append(f"== compiler counters: inductor {dict(counters['inductor'])}, stats {dict(counters['stats'])}")
     out = "\n".join(report)
     print(out)
     with open(os.path.join(os.environ.get("OUT", "."), f"diag_{device.split(':')[0]}.txt"), "w") as fh:
