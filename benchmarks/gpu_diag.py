@@ -7,13 +7,14 @@ Two fits: the README's default classifier on breast cancer (all 569 rows, standa
 1,024 sghmc steps at a fixed step size on random data (16,384 rows, batch 128); on CUDA also the second with its
 transition compiled with CUDA graphs (``compile=True, compile__mode="reduce-overhead"``), with the compiler's
 counters at the end of the report (torch's own messages about CUDA graphs, skipped or recorded again, and
-recompilations go to stderr). Each is fitted once to warm up, then timed (µs per sampler step, setup included),
-then, on CUDA, fitted again under CUDA's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``), which
-warns at every call that waits for the GPU: the report counts them by source line. Last, a ``cProfile`` of one
-more fit, sorted by the time spent in each function itself: on a GPU that shows the host time each torch call
-costs (launch-bound when it is most of a step) and any wait for the device (in the method that reads). The
-report is printed and written to ``$OUT/diag_<device>.txt`` (or the current folder). The figures of the last GPU
-run are in benchmarks/README.md, "The second lease".
+recompilations go to stderr). Each is fitted once to warm up, then timed (µs per sampler step over the whole
+fit, setup included, and over the second half of its steps, after any warm-up and compilation), then, on CUDA,
+fitted again under CUDA's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``), which warns at every
+call that waits for the GPU: the report counts them by source line. Last, a ``cProfile`` of one more fit, sorted
+by the time spent in each function itself: on a GPU that shows the host time each torch call costs (launch-bound
+when it is most of a step) and any wait for the device (in the method that reads). The report is printed and
+written to ``$OUT/diag_<device>.txt`` (or the current folder). The figures of the last GPU run are in
+benchmarks/README.md, "The second lease".
 """
 from __future__ import annotations
 
@@ -29,21 +30,48 @@ import warnings
 import numpy as np
 import torch
 from sklearn.datasets import load_breast_cancer
+from skorch.callbacks import Callback
 from sklearn.preprocessing import StandardScaler
 
 from bayesnet import BayesianMLPClassifier
 
 
-def fits(device: str) -> dict:
+class SecondHalfClock(Callback):
+    """Times the second half of a fit's steps: from the first epoch that starts at or after half the planned
+    steps to the end (the device synchronised at both ends). That leaves out the warm-up of a default fit, and a
+    compiled transition's compilation and CUDA-graph recordings in its first calls."""
+
+    def __init__(self, sync):
+        self.sync = sync
+
+    def initialize(self):
+        self.start_ = self.end_ = None
+        return self
+
+    def on_epoch_begin(self, net, **kwargs):
+        if self.start_ is None and net.sampler_state_.step >= net.steps_planned_total_ // 2:
+            self.sync()
+            self.start_ = (time.perf_counter(), net.sampler_state_.step)
+
+    def on_train_end(self, net, **kwargs):
+        self.sync()
+        self.end_ = (time.perf_counter(), net.sampler_state_.step)
+
+    def us_per_step(self) -> float:
+        return 1e6 * (self.end_[0] - self.start_[0]) / max(self.end_[1] - self.start_[1], 1)
+
+
+def fits(device: str, clock: SecondHalfClock) -> dict:
     rng = np.random.default_rng(0)
     Xc, yc = load_breast_cancer(return_X_y=True)
     Xc = StandardScaler().fit_transform(Xc).astype(np.float32)
     X784 = rng.random((16384, 784), dtype=np.float32)
     y784 = rng.integers(0, 10, 16384)
+    common = dict(device=device, random_state=0, callbacks=[("second_half_clock", clock)])
     mlp784 = dict(hidden_layer_sizes=(100,), batch_size=128, max_epochs=8, burn_in=524, n_draws=50, thinning=10,
-                  sampler__step_size=1e-6, device=device, random_state=0)
+                  sampler__step_size=1e-6, **common)
     jobs = {
-        "cancer-default": lambda: BayesianMLPClassifier(device=device, random_state=0).fit(Xc, yc),
+        "cancer-default": lambda: BayesianMLPClassifier(**common).fit(Xc, yc),
         "784-100-10": lambda: BayesianMLPClassifier(**mlp784).fit(X784, y784),
     }
     if device.startswith("cuda"):  # the transition compiled with CUDA graphs, inside the estimator
@@ -60,15 +88,25 @@ def main(argv=None) -> None:
     device = args.device
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
+    cuda = device.startswith("cuda")
 
     def sync():
-        if device.startswith("cuda"):
+        if cuda:
             torch.cuda.synchronize()
 
-    report = []
-    if device.startswith("cuda"):  # torch's own messages, on stderr: CUDA graphs skipped or recorded again
+    path = os.path.join(os.environ.get("OUT", "."), f"diag_{device.split(':')[0]}.txt")
+    open(path, "w").close()
+
+    def report(lines):  # printed and written job by job: a run cut short keeps what it measured
+        text = "\n".join(lines)
+        print(text, flush=True)
+        with open(path, "a") as fh:
+            fh.write(text + "\n")
+
+    if cuda:  # torch's own messages, on stderr: CUDA graphs skipped or recorded again, recompilations
         torch._logging.set_logs(cudagraphs=True, perf_hints=True, recompiles=True)
-    for name, fit in fits(device).items():
+    clock = SecondHalfClock(sync)
+    for name, fit in fits(device, clock).items():
         fit()  # warm: the first fit pays for the allocator, cuBLAS's handles, the kernels' first loads
         sync()
         t0 = time.perf_counter()
@@ -76,8 +114,10 @@ def main(argv=None) -> None:
         sync()
         seconds = time.perf_counter() - t0
         steps = est.sampler_state_.step
-        report.append(f"== {name}: {seconds:.2f} s, {steps} steps, {1e6 * seconds / steps:.0f} us/step")
-        if device.startswith("cuda"):
+        lines = [f"== {name}: {seconds:.2f} s, {steps} steps, {1e6 * seconds / steps:.0f} us/step over the fit, "
+                 f"{clock.us_per_step():.0f} us/step over its second half; compiled: "
+                 f"{est.fit_status_.get('compiled')}, {est.diagnostics_.get('compile_seconds', 0.0):.1f} s"]
+        if cuda:
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 with warnings.catch_warnings(record=True) as caught:
@@ -88,8 +128,8 @@ def main(argv=None) -> None:
             sites = collections.Counter(f"{os.path.relpath(w.filename)}:{w.lineno}" for w in caught
                                         if "synchroniz" in str(w.message))
             total = sum(sites.values())
-            report.append(f"   synchronising calls: {total} ({total / steps:.3f} per step)")
-            report += [f"   {count:6d} {site}" for site, count in sites.most_common(25)]
+            lines.append(f"   synchronising calls: {total} ({total / steps:.3f} per step)")
+            lines += [f"   sync {count:6d} {site}" for site, count in sites.most_common(25)]
         profile = cProfile.Profile()
         profile.enable()
         fit()
@@ -97,15 +137,11 @@ def main(argv=None) -> None:
         profile.disable()
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(args.top)
-        report.append(text.getvalue())
-    if device.startswith("cuda"):
+        report(lines + [text.getvalue()])
+    if cuda:
         from torch._dynamo.utils import counters
 
-        report.append(f"== compiler counters: inductor {dict(counters['inductor'])}, stats {dict(counters['stats'])}")
-    out = "\n".join(report)
-    print(out)
-    with open(os.path.join(os.environ.get("OUT", "."), f"diag_{device.split(':')[0]}.txt"), "w") as fh:
-        fh.write(out)
+        report([f"== compiler counters: inductor {dict(counters['inductor'])}, stats {dict(counters['stats'])}"])
 
 
 if __name__ == "__main__":

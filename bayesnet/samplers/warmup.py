@@ -449,9 +449,14 @@ def _take_interval(warm: WarmUp, target: float) -> None:
     if warm.window_potential is None:
         warm.window_potential = [torch.zeros_like(u[0]), torch.zeros_like(u[0])]
         warm.window_potential_count = [0, 0]
-    second = torch.as_tensor(halves, device=u.device)
     n_late = sum(halves)  # steps in the window's second half
-    for half, rows, n in ((0, ~second, len(halves) - n_late), (1, second, n_late)):
+    n_early = len(halves) - n_late
+    if halves == [False] * n_early + [True] * n_late:  # (an interval ends at every window end): slices, which
+        early, second = slice(0, n_early), slice(n_early, None)  # need no index copied to (and waited for on) a GPU
+    else:
+        second = torch.as_tensor(halves, device=u.device)
+        early = ~second
+    for half, rows, n in ((0, early, n_early), (1, second, n_late)):
         if n:
             warm.window_potential[half] = warm.window_potential[half] + u[rows].sum(0)
             warm.window_potential_count[half] += n
