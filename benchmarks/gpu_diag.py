@@ -141,7 +141,27 @@ def main(argv=None) -> None:
     if cuda:
         from torch._dynamo.utils import counters
 
-        report([f"== compiler counters: inductor {dict(counters['inductor'])}, stats {dict(counters['stats'])}"])
+        report([f"== compiler counters: inductor {dict(counters['inductor'])}, stats {dict(counters['stats'])}",
+                cuda_graph_trees()])
+
+
+def cuda_graph_trees() -> str:
+    """What torch's CUDA graph trees did (private state, read defensively): graphs recorded, warm-up (eager) runs,
+    re-recordings per node, whether a function mutates inputs the trees do not manage (which runs it without
+    graphs), and whether forwards wait on pending backwards (which stops new generations)."""
+    try:
+        from torch._inductor import cudagraph_trees
+
+        manager = cudagraph_trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False)
+        if manager is None:
+            return "== CUDA graph trees: none created"
+        mutation = {str(node): dict(hints) for node, hints in manager.non_cudagraph_managed_mutation_hint.items()}
+        rerecords = {str(node): dict(counts) for node, counts in manager.num_rerecord.items()}
+        return (f"== CUDA graph trees: graph ids {manager.graph_counter!r}, warm-up ids "
+                f"{manager.warmup_node_counter!r}, re-recordings {rerecords}, unmanaged input mutation {mutation}, "
+                f"pending backwards {manager.running_forwards_with_pending_backwards}")
+    except Exception as exc:  # private API: report, never fail the run
+        return f"== CUDA graph trees: not read ({type(exc).__name__}: {exc})"
 
 
 if __name__ == "__main__":
