@@ -264,6 +264,13 @@ class PTLangevin(Sampler):
         D = self._dim
         return 2.38 / torch.sqrt(D * curvature)
 
+    def prepare_step_size(self, state: PTLangevinState):
+        """Note each replica's dimension ``D`` for :meth:`warmup_step_size` (here, where the state is at hand: a
+        continued fit's sampler is built anew, and its warm-up goes on from the next window end). The proposals
+        are preconditioned by the mass alone: returns None."""
+        self._dim = sum(p.numel() for p in state.position) // state.n_members
+        return None
+
     def preconditioner_changed(self, state: PTLangevinState) -> None:
         """The first warm-up estimate sets every slot's proposal scale; later windows change the mass only (the
         Robbins-Monro tuning carries on from where it was)."""
@@ -355,7 +362,6 @@ class PTLangevin(Sampler):
               precond: Preconditioner) -> PTLangevinState:
         """Start the replicas at ``position`` (used in place, not copied): see :meth:`Sampler.init`."""
         R = int(self.n_replicas)
-        self._dim = sum(p.numel() for p in position) // (layout.n_members or 1)
         S = layout.n_members or R
         C = S // R
         first = position[0]
