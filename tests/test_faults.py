@@ -705,18 +705,37 @@ def test_bad_calls_on_a_fitted_estimator(small_fits, iris, tmp_path):
         bayesnet.load(newer)
 
 
-@pytest.mark.parametrize("bad", ["NaN in X", "a fit parameter", "n_draws=0"])
+@pytest.mark.parametrize("bad", ["NaN in X", "a fit parameter", "n_draws=0", "activation", "hidden_layer_sizes",
+                                 "compile__mode"])
 def test_a_refused_refit_keeps_the_fitted_draws(small_fits, iris, bad):
+    """Before (for the network's settings and compile__*): the new network was first built after skorch had
+    re-initialised the estimator, so a refused fit lost the draws (NotFittedError after it); and set_params of
+    compile__* alone re-initialised it."""
     X, y = iris
     est = copy.deepcopy(small_fits[0])
     expected = est.predict_proba(X)
     X_nan = X.copy()
     X_nan[0, 0] = np.nan
     call = {"NaN in X": lambda: est.fit(X_nan, y), "a fit parameter": lambda: est.fit(X, y, sample_weight=y),
-            "n_draws=0": lambda: est.set_params(n_draws=0).fit(X, y)}[bad]
-    with pytest.raises((ValueError, TypeError)):
+            "n_draws=0": lambda: est.set_params(n_draws=0).fit(X, y),
+            "activation": lambda: est.set_params(activation="Relu").fit(X, y),
+            "hidden_layer_sizes": lambda: est.set_params(hidden_layer_sizes=(0,)).fit(X, y),
+            "compile__mode": lambda: est.set_params(compile=True, compile__mode="nonsense").fit(X, y)}[bad]
+    with pytest.raises((ValueError, TypeError, RuntimeError)):
         call()
     np.testing.assert_array_equal(est.predict_proba(X), expected)
+
+
+@pytest.mark.parametrize("bad", [dict(noise_scale=-1.0), dict(noise_shape=-1.0)], ids=lambda b: next(iter(b)))
+def test_a_refused_refit_keeps_a_regressors_draws(bad):
+    X, y = make_regression(n_samples=60, n_features=3, random_state=0)
+    est = BayesianMLPRegressor((4,), n_draws=5, burn_in=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        expected = est.fit(X, y).predict(X)
+    with pytest.raises(ValueError):
+        est.set_params(**bad).fit(X, y)
+    np.testing.assert_array_equal(est.predict(X), expected)
 
 
 def test_a_nan_noise_scale_is_refused_by_name():

@@ -163,8 +163,11 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         return sampler_class(self.sampler).name
 
     def set_params(self, **params):
-        """Set parameters; ``sampler`` and ``sampler__*`` take effect at the next ``fit``/``partial_fit``."""
-        sampler_params = {k: v for k, v in params.items() if k == "sampler" or k.startswith("sampler__")}
+        """Set parameters; ``sampler``, ``sampler__*``, ``compile`` and ``compile__*`` take effect at the next
+        ``fit``/``partial_fit`` (skorch would re-initialise a fitted net's module for the latter two, losing its
+        chains and draws)."""
+        sampler_params = {k: v for k, v in params.items()
+                          if k in ("sampler", "compile") or k.startswith(("sampler__", "compile__"))}
         for key, val in sampler_params.items():
             setattr(self, key, val)
             self._params_to_validate.add(key)
@@ -301,6 +304,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             run.make_plan(probe, len(Xv))  # burn_in="auto" resolved from the data (a warm-up that outlasts it)
             resolve_device(probe.device)  # a CUDA device that is not there
             make_prior(probe.prior_scale, make_sampler(probe.sampler, **probe.get_params_for("sampler")))
+            probe._build_module(), probe._build_likelihood()  # the architecture's and the noise model's settings
+            options = probe.get_params_for("compile")
+            if probe.compile and options:  # torch.compile checks its options when called, compiling nothing yet
+                torch.compile(lambda x: x, **{"fullgraph": True, "dynamic": False, **options})
         return super().fit(X, y, **fit_params)
 
     def partial_fit(self, X, y=None, classes=None, **fit_params):
