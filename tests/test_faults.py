@@ -227,6 +227,27 @@ def test_the_issues_diverging_sghmc_keeps_no_poisoned_draw(cancer):
         est.predict(Xtr)
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(n_chains=2), dict(n_chains=2, n_jobs=2)], ids=["one", "two", "workers"])
+def test_continuing_chains_that_all_diverged_is_refused_and_fit_starts_anew(iris, kw):
+    """Before: partial_fit (or fit with warm_start=True) after every chain had diverged ran hundreds of steps on
+    non-finite positions, kept nothing and said nothing. Now it raises the DivergenceError partial_fit documents,
+    and fit starts new chains."""
+    X, y = iris
+    est = BayesianMLPClassifier((8,), sampler__step_size=10.0, burn_in=40, n_draws=5, random_state=0, **kw)
+    with pytest.raises(DivergenceError):
+        est.fit(X, y)
+    steps = est.fit_status_["steps_taken"]
+    with pytest.raises(DivergenceError, match=r"diverged in an earlier call .* Call fit\(\) to start new chains"):
+        est.partial_fit(X, y)
+    with pytest.raises(DivergenceError, match="earlier call"):
+        est.set_params(warm_start=True).fit(X, y)
+    assert est.fit_status_["steps_taken"] == steps  # nothing ran
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.set_params(warm_start=False, sampler__step_size="auto").fit(X, y)
+    assert est.fit_status_["status"] == "complete" and len(est.trace_) > 0
+
+
 def test_inputs_times_30_with_sgnht_sample_finite_draws(cancer):
     """Before: inputs x30 with sgnht gave weights up to 4.8e32, NaN probabilities and class 0 for every row.
     Now the warm-up adapts the step to the scale: finite draws, both classes predicted, no divergence."""

@@ -324,7 +324,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             For invalid data (NaN/inf, wrong shapes, a single class, a feature count that differs from an
             earlier call) or hyperparameters, or a changed setting that running chains cannot honour.
         bayesnet.samplers.DivergenceError
-            If every chain diverged; the draws collected before are kept.
+            If every chain diverged, in this call or an earlier one (whose chains are not continued: call
+            :meth:`fit` to start new ones); the draws collected before are kept.
         """
         fit_params.pop("_routing_method", None)
         if fit_params:
@@ -335,6 +336,16 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                              "chains' sampler state, so partial_fit cannot continue them; call fit() to sample anew.")
         if not self.initialized_:
             self.initialize()
+        status = getattr(self, "fit_status_", None) or {}
+        if status.get("status") == "diverged" and (getattr(self, "sampler_state_", None) is not None
+                                                  or getattr(self, "shards_", None)):
+            diverged = status.get("diverged_chains", {})
+            last = max((int(d["step"]) for d in diverged.values()), default=int(status.get("steps_taken", 0)))
+            raise DivergenceError(f"every chain of this {type(self).__name__} diverged in an earlier call (the last at "
+                                  f"step {last}; fit_status_['diverged_chains']): their positions are not finite, so "
+                                  "partial_fit cannot continue them. Call fit() to start new chains, with a smaller "
+                                  f"step size; the {len(self.trace_) if self.trace_ is not None else 0} draws kept "
+                                  "before the divergence stay usable.", last)
         running = getattr(self, "sampler_", None)
         if getattr(self, "sampler_state_", None) is not None and isinstance(self.sampler, (str, type)) \
                 and running is not None and sampler_class(self.sampler) is not type(running):
