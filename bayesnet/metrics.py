@@ -24,9 +24,18 @@ def expected_calibration_error(y_true, proba, n_bins: int = 15, classes=None) ->
     -------
     float
         ``sum_b (n_b / n) |accuracy_b - confidence_b|``, in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        If ``proba`` is not 2-D, or ``y_true`` (a column ``(n_samples, 1)`` is taken as 1-D) has another
+        number of rows.
     """
     proba = np.asarray(proba, dtype=np.float64)
-    y_true = np.asarray(y_true)
+    y_true = _one_dimensional(np.asarray(y_true), "y_true")
+    if proba.ndim != 2 or len(proba) != len(y_true):
+        raise ValueError(f"proba must have shape (n_samples, n_classes) for y_true of {len(y_true)} rows, got "
+                         f"shape {proba.shape}.")
     pred = np.argmax(proba, axis=1)
     if classes is not None:
         pred = np.asarray(classes)[pred]
@@ -43,6 +52,33 @@ def expected_calibration_error(y_true, proba, n_bins: int = 15, classes=None) ->
 
 
 def interval_coverage(y_true, lower, upper) -> float:
-    """Fraction of targets inside their predictive intervals ``[lower, upper]``."""
-    y_true, lower, upper = (np.asarray(a, dtype=np.float64) for a in (y_true, lower, upper))
+    """Fraction of targets inside their predictive intervals ``[lower, upper]``.
+
+    Parameters
+    ----------
+    y_true, lower, upper : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        The same shape (a column ``(n_samples, 1)`` is taken as 1-D, as a regressor fitted on a column returns
+        its intervals).
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ (they are not broadcast: a 1-D target against column intervals would compare every
+        target with every interval).
+    """
+    arrays = [np.asarray(a, dtype=np.float64) for a in (y_true, lower, upper)]
+    arrays = [a[:, 0] if a.ndim == 2 and a.shape[1] == 1 else a for a in arrays]
+    if len({a.shape for a in arrays}) != 1:
+        raise ValueError("y_true, lower and upper must have the same shape, got "
+                         f"{', '.join(str(np.shape(a)) for a in (y_true, lower, upper))}.")
+    y_true, lower, upper = arrays
     return float(np.mean((y_true >= lower) & (y_true <= upper)))
+
+
+def _one_dimensional(a: np.ndarray, name: str) -> np.ndarray:
+    """``a`` as 1-D (a column ``(n, 1)`` flattened); ValueError otherwise."""
+    if a.ndim == 2 and a.shape[1] == 1:
+        return a[:, 0]
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (n_samples,), got shape {a.shape}.")
+    return a

@@ -1,4 +1,4 @@
-"""The documentation's Python examples are valid Python (they are what users paste first)."""
+"""What users paste and call first: the documentation's Python examples, and the metrics on their own arrays."""
 import re
 from pathlib import Path
 
@@ -22,3 +22,26 @@ def test_python_examples_compile(code):
     """Before: the README's grid search put its parameter grid's opening brace in a comment (a SyntaxError
     when pasted)."""
     compile(code, "<example>", "exec")
+
+
+def test_the_metrics_refuse_shapes_they_would_broadcast():
+    """Before: a 1-D target against a regressor's column intervals compared every target with every interval
+    (coverage 0.0125 for intervals that hold every target), and a column of labels gave an ECE of 0.5 for
+    perfect predictions."""
+    import numpy as np
+
+    from bayesnet.metrics import expected_calibration_error, interval_coverage
+
+    y = np.arange(80.0)
+    assert interval_coverage(y, (y - 0.5)[:, None], (y + 0.5)[:, None]) == 1.0
+    assert interval_coverage(y[:, None], y - 0.5, y + 0.5) == 1.0
+    assert interval_coverage(np.c_[y, y], np.c_[y - 1, y + 1], np.c_[y + 1, y + 2]) == 0.5  # two outputs
+    with pytest.raises(ValueError, match="same shape"):
+        interval_coverage(y, y[:40], y[:40])
+    labels = np.arange(80) % 2
+    P = np.eye(2)[labels]
+    assert expected_calibration_error(labels[:, None], P) == 0.0
+    with pytest.raises(ValueError, match="proba must have shape"):
+        expected_calibration_error(labels, P[:40])
+    with pytest.raises(ValueError, match="y_true must be 1-D"):
+        expected_calibration_error(np.c_[labels, labels], P)
