@@ -156,6 +156,23 @@ def test_output_folder_is_checked_before_the_fit(tmp_path, capsys, good_csv):
     assert "does not exist" in err and "bayesnet:" not in out
 
 
+def test_a_fit_that_max_epochs_cut_short_is_an_error_or_a_partial_model(tmp_path, capsys, good_csv):
+    """Before: a fit that kept no draw (max_epochs shorter than the burn-in) ended in a traceback, and one that
+    kept some was saved as a complete model."""
+    model = str(tmp_path / "m.bayesnet")
+    argv = ["fit", "--data", good_csv, "--target", "label", "--n-draws", "5", "--burn-in", "50", "--thinning", "2",
+            "--batch-size", "64", "--quiet", "--output", model]  # 42 training rows: one step per epoch
+    assert main([*argv, "--set", "max_epochs=10"]) == 2
+    err = capsys.readouterr().err  # (the CLI prints the ConvergenceWarning as a "warning:" line)
+    assert "warning: 0 of n_draws=5 draws were kept" in err
+    assert "error: no posterior draw was kept in 10 sampler steps" in err and "--set max_epochs" in err
+    assert not os.path.exists(model)
+    assert main([*argv, "--set", "max_epochs=54"]) == 0  # 50 + 2 draws of the 5 asked for
+    assert "warning: 2 of n_draws=5 draws were kept" in capsys.readouterr().err
+    assert main(["predict", model, "--data", good_csv]) == 0
+    assert "is a partial fit (short: 2 of 5 draws per chain" in capsys.readouterr().err
+
+
 def test_bad_network_setting_found_when_the_network_is_built(tmp_path, capsys, good_csv):
     assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "hidden_layer_sizes=(0,)",
                  "--output", ""]) == 2

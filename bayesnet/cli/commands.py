@@ -178,6 +178,14 @@ def _fit(args) -> int:
     # the estimator itself ends a Ctrl-C'ed fit at the end of a sampler step and records it
     if sigint["interrupted"] or getattr(est, "fit_status_", {}).get("status") == "interrupted":
         return _stopped(model, meta, args, settings, "interrupted", "")
+    status = getattr(est, "fit_status_", {})
+    if status.get("status") == "short":  # max_epochs ended the run first (its ConvergenceWarning says why)
+        if not est.__sklearn_is_fitted__():
+            raise CLIError(f"no posterior draw was kept in {_steps_taken(est)} sampler steps: the run ended before "
+                           f"its burn-in ({est.trace_.burn_in} steps) did, so nothing was saved; raise or drop "
+                           f"{_option('max_epochs', settings['given'])}.")
+        meta["partial"] = (f"short: {status['draws_kept']} of {status['draws_wanted']} draws per chain "
+                           f"(max_epochs ended the run)")
     elapsed = time.perf_counter() - t0
     chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \
         if est.n_chains > 1 and "max_rhat" in est.diagnostics_ else ""
