@@ -11,8 +11,10 @@ Why not pickle (joblib): unpickling runs whatever the file says; a model file fr
 program. Why not skops: it does not store torch tensors without falling back to pickle's reduce protocol,
 and the draws are the bulk of the file. A loaded estimator predicts, summarises and exports exactly as the
 saved one (round trips give identical predictions); it holds the draws, not the chains' sampler state, so
-``fit`` samples anew and ``partial_fit`` refuses. The per-step statistics and skorch's history are not
-written: a file's size grows with the draws kept, never with the run's length.
+``fit`` samples anew and ``partial_fit`` refuses. A sampler given as an instance is written as its registered
+name with its hyperparameters as ``sampler__*`` parameters (what ``get_params`` of the loaded estimator
+shows). The per-step statistics and skorch's history are not written: a file's size grows with the draws
+kept, never with the run's length.
 """
 
 from __future__ import annotations
@@ -118,10 +120,15 @@ def _params(obj, enc: _Encoder, key: str) -> dict:
 
     params = obj.get_params(deep=False)
     defaults = type(obj)().get_params(deep=False) if hasattr(type(obj), "_get_param_names") else {}
+    sampler = params.get("sampler")
+    if isinstance(sampler, Sampler):  # an instance: saved by name with its hyperparameters as sampler__*
+        # (settings given as sampler__* keywords override the instance's, as when it was fitted)
+        params = {**params, **{f"sampler__{k}": v for k, v in sampler.get_params(deep=False).items()
+                               if f"sampler__{k}" not in params}}
     out = {}
     for name, value in params.items():
         if name == "sampler" and isinstance(value, (Sampler, type)):
-            value = value.name  # the instance's hyperparameters are in sampler__* already when set
+            value = value.name
         if name in _RUNTIME_PARAMS or (callable(value) and name != "func" and name != "inverse_func"):
             default = defaults.get(name)
             if value is None or value is default or name in ("module", "criterion", "iterator_train") \

@@ -117,6 +117,26 @@ def test_loading_never_builds_what_the_file_names_outside_the_allowlist(tmp_path
         bayesnet.load(tmp_path / "missing.bayesnet")
 
 
+@pytest.mark.parametrize("given", ["instance", "instance and keyword", "specification"])
+def test_a_sampler_instances_settings_are_saved(tmp_path, given):
+    """Before: a sampler given as an instance was saved by name alone, and the loaded model's sampler_ and
+    get_params() showed the defaults (friction, TACT-HMC's step sizes) it was not fitted with."""
+    from bayesnet.samplers import SGHMC, TACTHMC
+
+    sampler, extra = {"instance": (SGHMC(friction=0.1), {}),
+                      "instance and keyword": (SGHMC(friction=0.1), {"sampler__friction": 0.2}),
+                      "specification": (TACTHMC.from_specification([1e-4, 2e-8, 0.05, 0.05, 1.0, 1.0, 2]), {})}[given]
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((4,), sampler=sampler, n_draws=3, burn_in=20, random_state=0, **extra).fit(X, y)
+    est.save(tmp_path / "m.bayesnet")
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    assert loaded.sampler_.get_params() == est.sampler_.get_params()
+    assert loaded.get_params()["sampler"] == est.sampler_.name
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+
+
 def test_what_cannot_be_saved_safely_is_refused(tmp_path):
     from sklearn.exceptions import NotFittedError
     from sklearn.preprocessing import FunctionTransformer
