@@ -447,6 +447,9 @@ def test_cli_forecast_bundled_sunspots(tmp_path, capsys):
     series = _write(tmp_path / "series.csv", ["spots"], [[v] for v in load_sunspots()[:30]])
     assert main(["predict", str(model), "--data", series]) == 2
     assert "name the CSV column holding the series with --column" in capsys.readouterr().err
+    assert main(["predict", str(model), "--data", series, "--column", "spot"]) == 2
+    # (before: "--target: ...", an option predict does not have)
+    assert capsys.readouterr().err.startswith("error: --column: column 'spot' is not in")
     assert main(["predict", str(model), "--data", series, "--column", "spots"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "row,prediction,std,lower,upper" and len(lines) == 1 + 30 - 4 + 1

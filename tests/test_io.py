@@ -135,6 +135,8 @@ def test_a_sampler_instances_settings_are_saved(tmp_path, given):
     assert loaded.sampler_.get_params() == est.sampler_.get_params()
     assert loaded.get_params()["sampler"] == est.sampler_.name
     np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+    with pytest.raises(ValueError, match="loaded from a model file"):  # (before: AttributeError)
+        loaded.get_step_stats()
 
 
 def test_what_cannot_be_saved_safely_is_refused(tmp_path):

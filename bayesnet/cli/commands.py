@@ -263,7 +263,7 @@ def _predict(args) -> int:
             raise CLIError("this model was fitted on the bundled series; name the CSV column holding the series "
                             "with --column.")
         names, body = read_csv(args.data)
-        _target_cells(args.data, names, body, column)
+        _target_cells(args.data, names, body, column, "--column")
         series = _numeric(args.data, names, body, [column], "series")[:, 0]
         if len(series) < meta["n_lags"]:
             raise CLIError(f"column {column!r} has {len(series)} values; the model needs the {meta['n_lags']} "

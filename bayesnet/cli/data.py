@@ -128,15 +128,16 @@ def _numeric(path: str, names: list[str], body, columns: list[str], role: str) -
         out[:, j] = values
     return out
 
-def _target_cells(path: str, names: list[str], body, target: str):
-    """The target column as text, refusing missing cells (empty, or one of pandas' NA markers)."""
+def _target_cells(path: str, names: list[str], body, target: str, option: str = "--target"):
+    """The target column as text, refusing missing cells (empty, or one of pandas' NA markers). ``option``: the
+    command-line option that names the column (``predict`` reads a forecast's series from ``--column``)."""
     if target not in names:
         close = difflib.get_close_matches(target, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         separators = [sep for sep in (";", "\t", "|") if len(names) == 1 and sep in names[0]]
         if separators:
             hint = f" (the header reads as one column: is the file separated by {separators[0]!r}? only commas are)"
-        raise CLIError(f"--target: column {target!r} is not in {path}{hint}; its columns are "
+        raise CLIError(f"{option}: column {target!r} is not in {path}{hint}; its columns are "
                         f"{', '.join(names)}.")
     text = body.iloc[:, names.index(target)]
     missing = text.isin(_NA_STRINGS).to_numpy()

@@ -86,8 +86,13 @@ class ResultsMixin:
         ------
         sklearn.exceptions.NotFittedError
             Before ``fit``.
+        ValueError
+            For a model read from a file (:func:`bayesnet.load`).
         """
         check_is_fitted(self)
+        if getattr(self, "loaded_", False):
+            raise ValueError(f"this {type(self).__name__} was loaded from a model file, which holds the draws and "
+                             "their statistics (summary, to_arviz), not the per-step statistics of the run.")
         shards = getattr(self, "shards_", None) or [self]
         parts = [shard.step_stats_.per_step() for shard in shards]
         n = min(len(p[0]) for p in parts)
