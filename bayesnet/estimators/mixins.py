@@ -39,7 +39,8 @@ class BayesianClassifierMixin(ClassifierMixin):
             self.n_outputs_ = len(self.classes_)
         unknown = np.setdiff1d(np.unique(y), self.classes_)
         if unknown.size:
-            raise ValueError(f"y contains labels not seen in the first fit: {unknown.tolist()}.")
+            where = f"not in classes={self.classes_.tolist()}" if reset else "not seen in the first fit"
+            raise ValueError(f"y contains labels {where}: {unknown.tolist()}.")
         return np.searchsorted(self.classes_, y).astype(np.int64)
 
     def _build_likelihood(self):
