@@ -88,7 +88,7 @@ class _Encoder:
         if isinstance(v, (np.ndarray, torch.Tensor)):
             a = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
             if a.dtype.kind in "OUS":  # strings (class labels, feature names)
-                return {"__strings__": [str(x) for x in a.reshape(-1)], "shape": list(a.shape)}
+                return {"__strings__": [str(x) for x in a.reshape(-1)], "shape": list(a.shape), "kind": a.dtype.kind}
             self.tensors[key] = torch.from_numpy(np.ascontiguousarray(a))
             return {"__array__": key}
         raise TypeError(f"cannot write {type(v).__name__} ({key}) to a model file safely")
@@ -106,7 +106,10 @@ def _decode(v, tensors):
     if "__float__" in v:
         return float(v["__float__"])
     if "__strings__" in v:
-        return np.array(v["__strings__"], dtype=object).reshape(v["shape"]) if v["shape"] else v["__strings__"][0]
+        if not v["shape"]:
+            return v["__strings__"][0]
+        # NumPy strings come back as NumPy strings (predict's labels keep their dtype), others as objects
+        return np.array(v["__strings__"], dtype=None if v.get("kind") == "U" else object).reshape(v["shape"])
     if "__array__" in v:
         return tensors[v["__array__"]].numpy()
     raise ValueError(f"malformed value in the model file: {v!r}")

@@ -139,6 +139,20 @@ def test_a_sampler_instances_settings_are_saved(tmp_path, given):
         loaded.get_step_stats()
 
 
+@pytest.mark.parametrize("dtype", ["U", "O"])
+def test_string_labels_keep_their_dtype(tmp_path, dtype):
+    """Before: NumPy string labels (<U3) came back as objects in classes_ and predict."""
+    X, y = load_iris(return_X_y=True)
+    labels = np.array(["set", "ver", "vir"])[y].astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((4,), n_draws=3, burn_in=20, random_state=0).fit(X, labels)
+    est.save(tmp_path / "m.bayesnet")
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    assert loaded.classes_.dtype == est.classes_.dtype and loaded.predict(X).dtype == est.predict(X).dtype
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
 def test_what_cannot_be_saved_safely_is_refused(tmp_path):
     from sklearn.exceptions import NotFittedError
     from sklearn.preprocessing import FunctionTransformer
