@@ -165,10 +165,14 @@ def test_a_fit_that_max_epochs_cut_short_is_an_error_or_a_partial_model(tmp_path
     assert main([*argv, "--set", "max_epochs=10"]) == 2
     err = capsys.readouterr().err  # (the CLI prints the ConvergenceWarning as a "warning:" line)
     assert "warning: 0 of n_draws=5 draws were kept" in err
-    assert "error: no posterior draw was kept in 10 sampler steps" in err and "--set max_epochs" in err
+    assert "error: no posterior draw was kept in 10 sampler steps" in err and "raise or drop --set max_epochs" in err
     assert not os.path.exists(model)
     assert main([*argv, "--set", "max_epochs=54"]) == 0  # 50 + 2 draws of the 5 asked for
     assert "warning: 2 of n_draws=5 draws were kept" in capsys.readouterr().err
+    assert main(["predict", model, "--data", good_csv]) == 0
+    assert "is a partial fit (short: 2 of 5 draws per chain" in capsys.readouterr().err
+    assert main([*argv, "--n-chains", "2", "--set", "max_epochs=54"]) == 0  # per chain, not the chains' total
+    capsys.readouterr()
     assert main(["predict", model, "--data", good_csv]) == 0
     assert "is a partial fit (short: 2 of 5 draws per chain" in capsys.readouterr().err
 

@@ -237,7 +237,8 @@ def test_continuing_chains_that_all_diverged_is_refused_and_fit_starts_anew(iris
     with pytest.raises(DivergenceError):
         est.fit(X, y)
     steps = est.fit_status_["steps_taken"]
-    with pytest.raises(DivergenceError, match=r"diverged in an earlier call .* Call fit\(\) to start new chains"):
+    with pytest.raises(DivergenceError, match=r"diverged in an earlier call .* Call fit\(\) \(with warm_start=False\) "
+                                              r"to start new chains"):
         est.partial_fit(X, y)
     with pytest.raises(DivergenceError, match="earlier call"):
         est.set_params(warm_start=True).fit(X, y)
@@ -747,6 +748,32 @@ def test_a_refused_refit_keeps_the_fitted_draws(small_fits, iris, bad):
     with pytest.raises((ValueError, TypeError, RuntimeError)):
         call()
     np.testing.assert_array_equal(est.predict_proba(X), expected)
+
+
+def test_fit_leaves_the_callers_global_generator_alone(iris):
+    """fit's checks build the network on a copy (the refused-refit test above); that build draws initial weights,
+    and drew them from torch's global generator: a caller's seeded stream moved, and fits in threads could take
+    each other's numbers (found by review: 4 of 24 threaded fits differed from the same fit alone)."""
+    X, y = iris
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        BayesianMLPClassifier((4,), n_draws=2, burn_in=10, random_state=0).fit(X, y)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_compile_settings_changed_between_calls_are_taken_up(iris):
+    """set_params(compile__mode=...) on a fitted net keeps its draws and the next partial_fit continues the chains
+    with it (was refused as a setting the chains cannot honour, though a new compile__* key was accepted)."""
+    X, y = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier((4,), n_draws=3, burn_in=10, compile=False, compile__mode="default",
+                                    random_state=0).fit(X, y)
+        est.set_params(compile__mode="max-autotune").partial_fit(X, y)
+    assert len(est.trace_) == 3 and est.n_draws_kept_ == 3 and int(est.sampler_state_.step) > 16
 
 
 @pytest.mark.parametrize("bad", [dict(noise_scale=-1.0), dict(noise_shape=-1.0)], ids=lambda b: next(iter(b)))

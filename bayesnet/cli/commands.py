@@ -179,13 +179,18 @@ def _fit(args) -> int:
     if sigint["interrupted"] or getattr(est, "fit_status_", {}).get("status") == "interrupted":
         return _stopped(model, meta, args, settings, "interrupted", "")
     status = getattr(est, "fit_status_", {})
-    if status.get("status") == "short":  # max_epochs ended the run first (its ConvergenceWarning says why)
+    if status.get("status") == "short":  # fewer draws than asked for (the ConvergenceWarning printed says why)
+        why = (f"; raise or drop {_option('max_epochs', settings['given'])}" if est.max_epochs is not None else
+               " (the warning above says why)")
         if not est.__sklearn_is_fitted__():
-            raise CLIError(f"no posterior draw was kept in {_steps_taken(est)} sampler steps: the run ended before "
-                           f"its burn-in ({est.trace_.burn_in} steps) did, so nothing was saved; raise or drop "
-                           f"{_option('max_epochs', settings['given'])}.")
-        meta["partial"] = (f"short: {status['draws_kept']} of {status['draws_wanted']} draws per chain "
-                           f"(max_epochs ended the run)")
+            raise CLIError(f"no posterior draw was kept in {_steps_taken(est)} sampler steps, so nothing was "
+                           f"saved{why}.")
+        from ..estimators.run import _kept_per_quota_slot
+
+        kept = _kept_per_quota_slot(est) if getattr(est, "trace_", None) is not None else np.zeros(0)
+        least = int(kept.min()) if kept.size else status["draws_kept"]
+        meta["partial"] = (f"short: {least} of {est.n_draws} draws per chain"
+                           f"{' (max_epochs ended the run)' if est.max_epochs is not None else ''}")
     elapsed = time.perf_counter() - t0
     chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \
         if est.n_chains > 1 and "max_rhat" in est.diagnostics_ else ""

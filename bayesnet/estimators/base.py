@@ -302,11 +302,16 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             probe._validate_hyperparameters()
             Xv, _ = probe._validate_fit_data(X, y, reset=True)
             run.make_plan(probe, len(Xv))  # burn_in="auto" resolved from the data (a warm-up that outlasts it)
-            resolve_device(probe.device)  # a CUDA device that is not there
+            probe.device_ = resolve_device(probe.device)  # a CUDA device that is not there
             make_prior(probe.prior_scale, make_sampler(probe.sampler, **probe.get_params_for("sampler")))
-            probe._build_module(), probe._build_likelihood()  # the architecture's and the noise model's settings
+            # the architecture's and the noise model's settings; the weights' initial draw takes torch's global
+            # generator, so under the lock the chains' own builds take it under (fits in threads stay
+            # reproducible), and forked (the caller's generator does not move)
+            with run._GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
+                probe._build_module(), probe._build_likelihood()
             options = probe.get_params_for("compile")
-            if probe.compile and options:  # torch.compile checks its options when called, compiling nothing yet
+            if probe.compile is True and options:  # torch.compile checks its options when called, compiling
+                # nothing ("auto" may not compile at all: it imports no compiler for a fit that will not use one)
                 torch.compile(lambda x: x, **{"fullgraph": True, "dynamic": False, **options})
         return super().fit(X, y, **fit_params)
 
@@ -343,7 +348,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             last = max((int(d["step"]) for d in diverged.values()), default=int(status.get("steps_taken", 0)))
             raise DivergenceError(f"every chain of this {type(self).__name__} diverged in an earlier call (the last at "
                                   f"step {last}; fit_status_['diverged_chains']): their positions are not finite, so "
-                                  "partial_fit cannot continue them. Call fit() to start new chains, with a smaller "
+                                  "partial_fit cannot continue them. Call fit() (with warm_start=False) to start "
+                                  "new chains, with a smaller "
                                   f"step size; the {len(self.trace_) if self.trace_ is not None else 0} draws kept "
                                   "before the divergence stay usable.", last)
         running = getattr(self, "sampler_", None)

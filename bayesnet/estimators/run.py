@@ -321,7 +321,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     now = net.get_params(deep=False)
     old = net.fit_params_
     changed = {k for k in now if k in old and not _same(now[k], old[k]) and not k.startswith("sampler__")
-               and not k.startswith(("iterator_", "callbacks__"))}
+               and not k.startswith(("iterator_", "callbacks__", "compile__"))}
     if "sampler" in changed and sampler_class(now["sampler"]) is type(net.sampler_):
         changed.discard("sampler")
     refused = sorted(changed - _HONOURED)
