@@ -66,8 +66,7 @@ def interval_coverage(y_true, lower, upper) -> float:
         If the shapes differ (they are not broadcast: a 1-D target against column intervals would compare every
         target with every interval).
     """
-    arrays = [np.asarray(a, dtype=np.float64) for a in (y_true, lower, upper)]
-    arrays = [a[:, 0] if a.ndim == 2 and a.shape[1] == 1 else a for a in arrays]
+    arrays = [_column_as_1d(np.asarray(a, dtype=np.float64)) for a in (y_true, lower, upper)]
     if len({a.shape for a in arrays}) != 1:
         raise ValueError("y_true, lower and upper must have the same shape, got "
                          f"{', '.join(str(np.shape(a)) for a in (y_true, lower, upper))}.")
@@ -75,10 +74,14 @@ def interval_coverage(y_true, lower, upper) -> float:
     return float(np.mean((y_true >= lower) & (y_true <= upper)))
 
 
+def _column_as_1d(a: np.ndarray) -> np.ndarray:
+    """A column ``(n, 1)`` as ``(n,)``; anything else as it is."""
+    return a[:, 0] if a.ndim == 2 and a.shape[1] == 1 else a
+
+
 def _one_dimensional(a: np.ndarray, name: str) -> np.ndarray:
     """``a`` as 1-D (a column ``(n, 1)`` flattened); ValueError otherwise."""
-    if a.ndim == 2 and a.shape[1] == 1:
-        return a[:, 0]
+    a = _column_as_1d(a)
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D (n_samples,), got shape {a.shape}.")
     return a

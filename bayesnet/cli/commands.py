@@ -185,11 +185,9 @@ def _fit(args) -> int:
         if not est.__sklearn_is_fitted__():
             raise CLIError(f"no posterior draw was kept in {_steps_taken(est)} sampler steps, so nothing was "
                            f"saved{why}.")
-        from ..estimators.run import _kept_per_quota_slot
+        from ..estimators.run import least_kept_per_chain
 
-        kept = _kept_per_quota_slot(est) if getattr(est, "trace_", None) is not None else np.zeros(0)
-        least = int(kept.min()) if kept.size else status["draws_kept"]
-        meta["partial"] = (f"short: {least} of {est.n_draws} draws per chain"
+        meta["partial"] = (f"short: {least_kept_per_chain(est)} of {est.n_draws} draws per chain"
                            f"{' (max_epochs ended the run)' if est.max_epochs is not None else ''}")
     elapsed = time.perf_counter() - t0
     chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \

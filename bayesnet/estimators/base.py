@@ -166,12 +166,12 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         """Set parameters; ``sampler``, ``sampler__*``, ``compile`` and ``compile__*`` take effect at the next
         ``fit``/``partial_fit`` (skorch would re-initialise a fitted net's module for the latter two, losing its
         chains and draws)."""
-        sampler_params = {k: v for k, v in params.items()
-                          if k in ("sampler", "compile") or k.startswith(("sampler__", "compile__"))}
-        for key, val in sampler_params.items():
+        deferred = {k: v for k, v in params.items()
+                    if k in ("sampler", "compile") or k.startswith(("sampler__", "compile__"))}
+        for key, val in deferred.items():
             setattr(self, key, val)
             self._params_to_validate.add(key)
-        rest = {k: v for k, v in params.items() if k not in sampler_params}
+        rest = {k: v for k, v in params.items() if k not in deferred}
         if rest:
             super().set_params(**rest)
         return self
@@ -312,7 +312,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             options = probe.get_params_for("compile")
             if probe.compile is True and options:  # torch.compile checks its options when called, compiling
                 # nothing ("auto" may not compile at all: it imports no compiler for a fit that will not use one)
-                torch.compile(lambda x: x, **{"fullgraph": True, "dynamic": False, **options})
+                from ..samplers.compiled import compile_options
+
+                torch.compile(lambda x: x, **compile_options(options))
         return super().fit(X, y, **fit_params)
 
     def partial_fit(self, X, y=None, classes=None, **fit_params):

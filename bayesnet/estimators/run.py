@@ -620,6 +620,14 @@ def _kept_per_quota_slot(net) -> np.ndarray:
     return trace.stored_per_slot[trace.active & mask]
 
 
+def least_kept_per_chain(net) -> int:
+    """The fewest draws any chain (its members that keep ``n_draws``) kept; 0 without a trace."""
+    if getattr(net, "trace_", None) is None:
+        return 0
+    kept = _kept_per_quota_slot(net)
+    return int(kept.min()) if kept.size else 0
+
+
 def judge_unread_steps(net) -> None:
     """After a run stopped by an error (a failing callback, memory, a worker): let the divergence monitor judge the
     steps it has not read yet (:meth:`DivergenceMonitor.judge_unread`), so that no draw of a chain that was
@@ -903,8 +911,7 @@ def warn_status(net) -> None:
                         f"{burn_in_words(net)}).")
     messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
-        kept = _kept_per_quota_slot(net)
-        least = int(kept.min()) if kept.size else 0
+        least = least_kept_per_chain(net)
         hint = net.sampler_.shortfall_hint(state) if state is not None else ""
         reason = (f" {net.sampler_.name}: {hint}" if hint else
                   f" max_epochs={net.max_epochs} is shorter than burn_in ({burn_in_words(net)}) + n_draws * thinning "

@@ -121,6 +121,12 @@ def compile_decision(setting, sampler, potential, steps_after_warmup: int) -> tu
     return True, "compiled"
 
 
+def compile_options(options: dict | None) -> dict:
+    """The keyword arguments for ``torch.compile``: ``options`` (the estimators' ``compile__*`` parameters) over
+    the defaults ``fullgraph=True, dynamic=False``."""
+    return {"fullgraph": True, "dynamic": False, **(options or {})}
+
+
 class CompiledTransition:
     """A sampler's frozen transition, compiled once and called at every step after the warm-up.
 
@@ -155,8 +161,7 @@ class CompiledTransition:
     def __init__(self, sampler, potential, layout, compile: bool = True, options: dict | None = None):
         self.sampler = sampler
         self.pure = sampler.pure_transition(potential.functional(), layout)
-        options = {"fullgraph": True, "dynamic": False, **(options or {})}
-        self.fn = torch.compile(self.pure, **options) if compile else self.pure
+        self.fn = torch.compile(self.pure, **compile_options(options)) if compile else self.pure
         self.fallback = None if compile else "compile=False"
         self.compile_seconds = 0.0
         self._shapes: set = set()
