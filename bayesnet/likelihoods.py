@@ -170,6 +170,14 @@ class GaussianLikelihood(nn.Module):
         resid2 = (y - mean).square() * torch.exp(-gamma).unsqueeze(1)  # (S, n, k)
         return -0.5 * (gamma.sum(1, keepdim=True) + k * math.log(2 * math.pi) + resid2.sum(2))
 
+    def curvature_weight(self, parameters) -> Tensor:
+        r"""The factor by which the data term's curvature scales with the noise, per member: the largest
+        :math:`1/\sigma_k^2 = e^{-\gamma_k}`, ``[log_noise_variance (S, k)]`` -> (S,). The warm-up measures the
+        curvature at one point and compares this factor there with its average over the window
+        (:mod:`bayesnet.samplers.warmup`, "The step size")."""
+        (gamma,) = parameters
+        return torch.exp(-gamma.detach()).amax(-1)
+
     def log_prior_chains(self, parameters) -> Tensor:
         """The inverse-gamma log prior of every member, ``[log_noise_variance (S, k)]`` -> (S,)."""
         (gamma,) = parameters

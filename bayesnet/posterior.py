@@ -456,6 +456,13 @@ class ChainPosterior:
         terms = getattr(self.prior, "hyperparameter_terms", None)
         return None if terms is None else terms(self.network_parameters)
 
+    def curvature_weight(self) -> Tensor | None:
+        """The likelihood's :meth:`~bayesnet.likelihoods.GaussianLikelihood.curvature_weight` at the current
+        positions, shape ``(S,)`` (how the data term's curvature scales with the likelihood's own parameters), or
+        None for a likelihood without one (categorical)."""
+        weight = getattr(self.likelihood, "curvature_weight", None)
+        return None if weight is None else weight(self.parameters[len(self.net_names):])
+
     @property
     def gibbs_interval(self) -> int | None:
         """Steps between the prior's Gibbs updates (None: a prior without hyperparameters to update)."""

@@ -29,7 +29,11 @@ over the last ``N_BATCHES`` mini-batches (the same batch on both sides of each d
 curvature and not noise; the largest over the batches), and the fraction ``rho`` of the gradient's second
 moment that is mini-batch noise (from the gradients of each batch's two halves; 0 on the full data); a kernel
 preconditioned beyond the mass (eqn's walkers' covariance) sets that preconditioner first and has both measured
-through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). The
+through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). A regressor's
+data term curves as ``1 / sigma^2``, with ``sigma`` sampled: the curvature is scaled to the window's mean of
+that weight (the likelihood's ``curvature_weight``, read at every guard check) over its value at the
+measurement, where that is above one, so that a chain that let ``sigma`` grow is not given a step for a data
+term it has flattened (:func:`_typical_curvature`). The
 sampler turns them into its step size (:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable
 (``step * lambda`` below a constant) and cool (the heat the gradient noise adds, ``step * rho / 2`` for SGLD,
 ``step * rho / (2 friction)`` for SGHMC, below ``HEAT`` = 5 % of the temperature). A step may grow at most
@@ -204,6 +208,8 @@ class WarmUp:
     window_potential_count: list | None = None
     scale_accepted: Tensor | None = None  # per member: the scale moves' summed acceptance fractions
     scale_count: int = 0  # rounds of scale moves made
+    window_weight: Tensor | None = None  # per member: sum of the data term's curvature weight at the window's checks
+    window_weight_count: int = 0
 
     def remember(self, batch) -> None:
         """Keep ``batch`` among the last ``N_BATCHES`` seen (a full batch, the same object each step, once)."""
@@ -351,6 +357,7 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         return
     transform = sampler.prepare_step_size(state)
     lam, rho = _measure(warm, potential, batch, state, pre.inverse_mass, transform)
+    lam = _typical_curvature(warm, potential, lam)
     warm.curvature, warm.noise_fraction = lam, rho
     new = sampler.warmup_step_size(lam.to(pre.step_size.dtype),
                                    None if rho is None else rho.to(pre.step_size.dtype))
@@ -398,6 +405,7 @@ def guard(sampler, state, info, potential, batch) -> None:
     if state.step % warm.guard_every != 0 and state.step not in warm.ends:  # (checked before a window's update)
         return
     _take_interval(warm, target)
+    _weigh(warm, potential)
     S = layout.n_members or 1
     # positions too: samplers that report the potential from before their move have not evaluated this one
     warm.bad = warm.bad | _per_member_reduce([p.detach() for p in state.position], layout,
@@ -432,6 +440,38 @@ def guard(sampler, state, info, potential, batch) -> None:
     warm.backup = [torch.where(member_mask(keep, p, layout), b, p.detach()) for p, b in
                    zip(state.position, warm.backup)]
     warm.heat, warm.heat_count, warm.bad = None, 0, None
+
+
+def _weigh(warm: WarmUp, potential) -> None:
+    """Add the data term's curvature weight (:meth:`~bayesnet.posterior.ChainPosterior.curvature_weight`) at this
+    check to the window's sum, for :func:`_typical_curvature`."""
+    weigh = getattr(potential, "curvature_weight", None)
+    w = None if weigh is None or not warm.adapt_step else weigh()
+    if w is None:
+        return
+    w = torch.nan_to_num(w.double(), nan=0.0, posinf=0.0)  # (a member gone non-finite is put back by the guard)
+    warm.window_weight = w if warm.window_weight is None else warm.window_weight + w
+    warm.window_weight_count += 1
+
+
+def _typical_curvature(warm: WarmUp, potential, lam: Tensor) -> Tensor:
+    """``lam``, measured at the current position, scaled to the window's typical noise level: by the window's mean
+    of the data term's curvature weight over its value here, where that is above one.
+
+    A regressor's data term curves as ``1 / sigma^2``, and ``sigma`` is sampled with the weights: a chain that ran
+    warm let ``sigma`` grow, the data's curvature fall with ``1 / sigma^2``, and a step set there grows, heating
+    the chain further (measured: 10 diabetes rows, ``log sigma^2`` at 19 at a window's end against about -3 over
+    the window, a step 30x the stable one, a divergence after the freeze). Measured where the chain sits at its
+    typical noise level, the factor is about one."""
+    weigh = getattr(potential, "curvature_weight", None)
+    if weigh is None or warm.window_weight is None or warm.window_weight_count == 0:
+        return lam
+    now = weigh()
+    if now is None:
+        return lam
+    mean = warm.window_weight / warm.window_weight_count
+    factor = torch.where(torch.isfinite(now) & (now > 0), mean / now.double(), torch.ones_like(mean))
+    return lam * factor.clamp_min(1.0).to(lam.dtype).reshape(lam.shape)
 
 
 def _take_interval(warm: WarmUp, target: float) -> None:
@@ -496,6 +536,7 @@ def after_step(sampler, state, potential, batch) -> None:
         _set_step_size(sampler, state, potential, batch)
         warm.window_restarts, warm.restarted = 0, None
         warm.window_start, warm.window_heat, warm.window_heat_count = step, None, 0
+        warm.window_weight, warm.window_weight_count = None, 0
         warm.window_potential = warm.window_potential_count = None
         return
     final_hot = _too_hot(warm, _coordinates(state), state.precond.step_size.shape)
