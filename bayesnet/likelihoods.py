@@ -172,11 +172,11 @@ class GaussianLikelihood(nn.Module):
 
     def curvature_weight(self, parameters) -> Tensor:
         r"""The factor by which the data term's curvature scales with the noise, per member: the largest
-        :math:`1/\sigma_k^2 = e^{-\gamma_k}`, ``[log_noise_variance (S, k)]`` -> (S,). The warm-up measures the
+        :math:`1/\sigma_k^2 = e^{-\gamma_k}`, ``[log_noise_variance (S, k)]`` -> (S,), float64. The warm-up measures the
         curvature at one point and compares this factor there with its average over the window
         (:mod:`bayesnet.samplers.warmup`, "The step size")."""
         (gamma,) = parameters
-        return torch.exp(-gamma.detach()).amax(-1)
+        return torch.exp(-gamma.detach().double()).amax(-1)  # (float64: in float32 it is 0 from gamma = 104 on)
 
     def log_prior_chains(self, parameters) -> Tensor:
         """The inverse-gamma log prior of every member, ``[log_noise_variance (S, k)]`` -> (S,)."""
