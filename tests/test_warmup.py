@@ -352,6 +352,8 @@ def test_the_step_is_measured_at_the_windows_typical_noise_level():
     pot.w = torch.tensor([0.01, 4.0, 2.0])  # a factor of 267: bounded by the first window's 16 x lam
     warm.curvature = None
     torch.testing.assert_close(_typical_curvature(warm, pot, lam), torch.tensor([32.0, 2.0, 2.0]))
+    warm.curvature = torch.tensor([float("nan"), 0.25, 0.25])  # no finite bound: the measurement, unscaled
+    torch.testing.assert_close(_typical_curvature(warm, pot, lam), torch.tensor([2.0, 2.0, 2.0]))
     # a categorical likelihood has no weight: nothing is weighed or scaled
     pot.w, cold = None, WarmUp(n_steps=100, ends=[50, 100], adapt_mass=False, adapt_step=True)
     _weigh(cold, pot)
@@ -407,4 +409,4 @@ def test_a_tiny_regression_does_not_freeze_at_a_vanishing_step():
         warnings.simplefilter("ignore")
         est.fit(X[rows], y[rows])
     steps = [float(h.reshape(-1)[0]) for h in est.sampler_state_.warmup_report["step_sizes"]]
-    assert steps[-1] > 1e-2 * max(steps[:-1]), steps
+    assert steps[-1] > 1e-3 * max(steps[:-1]), steps  # (0.026 here; 1e-6 unbounded)

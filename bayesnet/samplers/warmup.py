@@ -32,8 +32,8 @@ preconditioned beyond the mass (eqn's walkers' covariance) sets that preconditio
 through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). A regressor's
 data term curves as ``1 / sigma^2``, with ``sigma`` sampled: the curvature is scaled to the window's mean of
 that weight (the likelihood's ``curvature_weight``, read at every guard check) over its value at the
-measurement, where that is above one (and to at most ``MAX_GROWTH`` times the previous window's curvature: the
-factor scales the prior's share too), so that a chain that let ``sigma`` grow is not given a step for a data
+measurement, where that is above one (and to at most ``MAX_GROWTH`` times the previous window's curvature, never
+below the measurement: the factor scales the prior's share too), so that a chain that let ``sigma`` grow is not given a step for a data
 term it has flattened (:func:`_typical_curvature`). The
 sampler turns them into its step size (:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable
 (``step * lambda`` below a constant) and cool (the heat the gradient noise adds, ``step * rho / 2`` for SGLD,
@@ -479,7 +479,7 @@ def _typical_curvature(warm: WarmUp, potential, lam: Tensor) -> Tensor:
     scaled = lam * factor.clamp_min(1.0).to(lam.dtype).reshape(lam.shape)
     previous = warm.curvature if warm.curvature is not None else lam
     bound = torch.maximum(lam, MAX_GROWTH * previous.to(lam.dtype).reshape(lam.shape))
-    return torch.minimum(scaled, torch.where(torch.isfinite(bound), bound, scaled))
+    return torch.where(torch.isfinite(bound), torch.minimum(scaled, bound), lam)  # (no bound known: unscaled)
 
 
 def _take_interval(warm: WarmUp, target: float) -> None:
