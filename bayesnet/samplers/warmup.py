@@ -32,9 +32,9 @@ preconditioned beyond the mass (eqn's walkers' covariance) sets that preconditio
 through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). A regressor's
 data term curves as ``1 / sigma^2``, with ``sigma`` sampled: the curvature is scaled to the window's mean of
 that weight (the likelihood's ``curvature_weight``, read at every guard check) over its value at the
-measurement, where that is above one (and to at most ``MAX_GROWTH`` times the previous window's curvature, never
-below the measurement: the factor scales the prior's share too), so that a chain that let ``sigma`` grow is not given a step for a data
-term it has flattened (:func:`_typical_curvature`). The
+measurement, where that is above one (and to at most ``MAX_GROWTH`` times the previous window's curvature,
+never below the measurement: the factor scales the prior's share too), so that a chain that let ``sigma``
+grow is not given a step for a data term it has flattened (:func:`_typical_curvature`). The
 sampler turns them into its step size (:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable
 (``step * lambda`` below a constant) and cool (the heat the gradient noise adds, ``step * rho / 2`` for SGLD,
 ``step * rho / (2 friction)`` for SGHMC, below ``HEAT`` = 5 % of the temperature). A step may grow at most
