@@ -764,3 +764,73 @@ def test_auto_burn_in_is_the_same_in_every_worker():
         two = BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y)
     assert one.trace_.burn_in == two.trace_.burn_in == 1200
     assert torch.equal(one.trace_.draws(), two.trace_.draws())
+
+
+def test_mini_batches_gathered_in_blocks_are_the_per_batch_gathers(monkeypatch):
+    """PlannedBatches gathers several batches' rows at once and yields slices of the block: the batches are those
+    of one gather per batch (the permutation's rows in order), whatever the block size, across an epoch's
+    remainder batch, a budget that ends mid-block and a resumed epoch."""
+    from types import SimpleNamespace
+
+    from bayesnet.estimators import run
+
+    X = torch.arange(50 * 3, dtype=torch.float32).reshape(50, 3)
+    y = torch.arange(50)
+    dataset = torch.utils.data.TensorDataset(X, y)
+
+    def batches(block_bytes, budgets):
+        monkeypatch.setattr(run, "BLOCK_BYTES", block_bytes)
+        net = SimpleNamespace(batch_cursor_=None, data_generator_=torch.Generator().manual_seed(0))
+        out = []
+        for budget in budgets:  # each a new iterator (a continued fit), resuming the cursor
+            net.steps_remaining_ = budget
+            iterator = run.PlannedBatches(dataset, 8, net=net)
+            while net.steps_remaining_ > 0:  # an iteration an epoch, as skorch's fit loop
+                for xb, yb in iterator:
+                    out.append((xb.clone(), yb.clone()))
+                    net.steps_remaining_ -= 1
+        return out
+
+    budgets = [3, 9, 5]  # 7 batches an epoch (the last of 2 rows): the first resume is mid-epoch
+    reference = batches(1, budgets)  # one batch a block: one gather per batch, as before blocks
+    for block_bytes in (3 * 8 * (3 * 4 + 8), 10_000):  # three batches a block (20 bytes a row), a whole epoch
+        got = batches(block_bytes, budgets)
+        assert len(got) == len(reference) == sum(budgets)
+        for (xa, ya), (xb, yb) in zip(got, reference):
+            assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    sizes = [len(yb) for _, yb in reference]
+    assert sizes[:7] == [8] * 6 + [2] and sorted(reference[6][1].tolist() + sum((r[1].tolist() for r in reference[:6]),
+                                                                                  [])) == list(range(50))
+
+
+def test_per_step_hooks_reach_every_callback_and_a_subclass_notify(cancer):
+    """The training loop calls only the per-step hooks that do something: a user callback's on_batch_begin and
+    on_batch_end still run at every step with skorch's arguments, and a subclass that overrides ``notify``
+    still gets every per-step notification through it."""
+    from skorch.callbacks import Callback
+
+    class Count(Callback):
+        def initialize(self):
+            self.begin, self.end = 0, []
+            return self
+
+        def on_batch_begin(self, net, batch=None, training=False, **kwargs):
+            self.begin += int(training and batch is not None)
+
+        def on_batch_end(self, net, batch=None, training=False, step=None, info=None, **kwargs):
+            if training:
+                self.end.append(step)
+
+    class Notified(BayesianMLPClassifier):
+        def notify(self, method_name, **cb_kwargs):
+            self.__dict__.setdefault("seen", []).append(method_name)
+            super().notify(method_name, **cb_kwargs)
+
+    Xtr, _, ytr, _ = cancer
+    kw = dict(FAST, burn_in=20, n_draws=4, thinning=2)
+    for cls in (BayesianMLPClassifier, Notified):
+        clf = cls(**kw, callbacks=[("count", Count())]).fit(Xtr, ytr)
+        count = dict(clf.callbacks_)["count"]
+        steps = int(clf.sampler_state_.step)
+        assert count.begin == steps and count.end == list(range(1, steps + 1))
+    assert clf.seen.count("on_batch_begin") == clf.seen.count("on_batch_end") == steps

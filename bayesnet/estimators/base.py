@@ -20,6 +20,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from skorch import NeuralNet
+from skorch.callbacks import Callback
 from sklearn.base import clone
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -411,14 +412,34 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         if not training:
             return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
         batch_count = 0
+        begin, end = self._batch_hooks()
         for batch in iterator:
-            self.notify("on_batch_begin", batch=batch, training=training)
+            for hook in begin:
+                hook(self, batch=batch, training=training)
             step = step_fn(batch, **fit_params)
-            self.notify("on_batch_end", batch=batch, training=training, **step)
+            for hook in end:
+                hook(self, batch=batch, training=training, **step)
             batch_count += 1
             if self.interrupt_requested_:  # Ctrl-C, deferred to the end of the step
                 raise KeyboardInterrupt
         self.history.record(prefix + "_batch_count", batch_count)
+
+    def _batch_hooks(self) -> tuple[list, list]:
+        """The per-step hooks ``notify`` would call, ``(on_batch_begin's, on_batch_end's)``: the net's and each
+        callback's, leaving out those that do nothing (skorch's base :class:`~skorch.callbacks.Callback` methods,
+        the net's own ``on_batch_begin`` here and skorch's ``on_batch_end``), in ``notify``'s order. A step of a
+        small network is mostly per-call overhead; the default fit's callbacks define one hook of the two
+        (measured: 24 of 570 microseconds a step went to ``notify``). A subclass with its own ``notify`` keeps it."""
+        if type(self).notify is not NeuralNet.notify:
+            return ([lambda net, **kw: net.notify("on_batch_begin", **kw)],
+                    [lambda net, **kw: net.notify("on_batch_end", **kw)])
+        hooks = []
+        idle_hooks = (("on_batch_begin", BayesianNeuralNet.on_batch_begin), ("on_batch_end", NeuralNet.on_batch_end))
+        for name, idle in idle_hooks:
+            own = [] if getattr(type(self), name) is idle else [getattr(self, name)]
+            hooks.append(own + [getattr(cb, name) for _, cb in self.callbacks_
+                                if getattr(type(cb), name, None) is not getattr(Callback, name)])
+        return hooks[0], hooks[1]
 
     def train_step(self, batch, **fit_params):
         """One sampler transition on ``batch``: record its statistics, offer the new position to the trace.
@@ -444,8 +465,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         finally:
             posterior.virial_wanted = False
         step = state.step
-        self.steps_remaining_ -= 1
-        self.steps_this_call_ += 1
+        counts = vars(self)  # (plain ints: skorch's __setattr__, which tracks modules, cost 4 microseconds each)
+        counts["steps_remaining_"] -= 1
+        counts["steps_this_call_"] += 1
         fields = info.fields()
         if virial:  # the latest measurement (per member, already divided by D), recorded until the next
             measured = posterior.virial if compiled is None else None

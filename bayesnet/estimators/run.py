@@ -159,8 +159,15 @@ def make_plan(net, n_data: int, step_offset: int = 0, burn_in: int | None = None
                    layout=ChainLayout(int(net.n_chains), probe.members_per_chain()), step_offset=step_offset)
 
 
+#: the most bytes of rows :class:`PlannedBatches` gathers at once (a block of whole batches, at least one)
+BLOCK_BYTES = 1 << 22
+
+
 class PlannedBatches:
     """Mini-batches of in-memory tensors by index selection, resuming mid-epoch and stopping at the budget.
+
+    The rows of several batches are gathered at once (at most :data:`BLOCK_BYTES`, whole batches), and the
+    batches are slices of that block: the same rows in the same order as one gather per batch.
 
     skorch calls ``iterator(dataset, batch_size=...)`` once per ``fit_loop`` and iterates it once per epoch.
     Each epoch continues the permutation saved in ``net.batch_cursor_`` when one is unfinished, else draws a
@@ -195,11 +202,19 @@ class PlannedBatches:
                      else torch.arange(self.n))
             cursor = net.batch_cursor_ = [order, 0]
         order = cursor[0].to(device)
+        # the rows of several batches gathered at once, the batches slices (views) of that block: one gather
+        # per tensor per block instead of per batch (a small network's step is mostly per-operation overhead),
+        # the same rows in the same order as batch-by-batch gathers, a block at most BLOCK_BYTES
+        row_bytes = sum(t[:1].numel() * t.element_size() for t in self.tensors)
+        rows = self.batch_size * max(1, BLOCK_BYTES // max(1, row_bytes * self.batch_size))
         while cursor[1] < self.n and net.steps_remaining_ > 0:
-            lo, hi = cursor[1], min(cursor[1] + self.batch_size, self.n)
-            cursor[1] = hi
-            idx = order[lo:hi]
-            yield tuple(t.index_select(0, idx) for t in self.tensors)
+            start = cursor[1]
+            stop = min(start + rows, self.n, start + net.steps_remaining_ * self.batch_size)
+            block = tuple(t.index_select(0, order[start:stop]) for t in self.tensors)
+            while cursor[1] < stop and net.steps_remaining_ > 0:
+                lo, hi = cursor[1], min(cursor[1] + self.batch_size, self.n)
+                cursor[1] = hi
+                yield tuple(b[lo - start: hi - start] for b in block)
 
 
 def _build_members(net, n_members_per_chain: int, chains: range):
