@@ -468,9 +468,16 @@ class ChainPosterior:
         """Steps between the prior's Gibbs updates (None: a prior without hyperparameters to update)."""
         return getattr(self.prior, "gibbs_interval", None) if hasattr(self.prior, "gibbs_update") else None
 
-    def gibbs_update(self, rng):
+    def gibbs_update(self, rng, changes: bool = True):
         """Resample the prior's hyperparameters given the positions (a prior with ``gibbs_update``, such as
         :class:`~bayesnet.priors.HierarchicalPrior`); None for a prior without.
+
+        Parameters
+        ----------
+        rng : ChainRandom
+        changes : bool, default=True
+            Whether the caller needs the changes returned (a sampler that caches the potential or its gradient);
+            without, they are not computed and ``(None, None)`` comes back.
 
         Returns
         -------
@@ -481,10 +488,13 @@ class ChainPosterior:
         update = getattr(self.prior, "gibbs_update", None)
         if update is None:
             return None
-        change = update(self.network_parameters, rng)
+        net = self.network_parameters
+        change = update(net, rng) if changes else update(net, rng, changes=False)
         if change is None:
             return None
         delta_value, delta_grad = change
+        if delta_value is None:
+            return None, None
         rest = [torch.zeros_like(p) for p in self.parameters[len(self.net_names):]]
         return delta_value, list(delta_grad) + rest
 

@@ -441,7 +441,7 @@ class HierarchicalPrior(FanInPrior):
         self.precision = tau
 
     @torch.no_grad()
-    def gibbs_update(self, parameters: Sequence[Tensor], rng):
+    def gibbs_update(self, parameters: Sequence[Tensor], rng, changes: bool = True):
         r"""Draw every member's :math:`\tau` from its conditional (class docstring). The samplers call it every
         ``gibbs_interval`` steps.
 
@@ -451,13 +451,16 @@ class HierarchicalPrior(FanInPrior):
             The network's parameters, each ``(S, ...)``.
         rng : ChainRandom
             The chains' streams (members ``c * m ... (c + 1) * m - 1`` are chain ``c``'s).
+        changes : bool, default=True
+            Whether to compute the changes below (only a sampler that caches the potential or its gradient needs
+            them; the draw is the same either way).
 
         Returns
         -------
-        delta_value : Tensor, shape (S,)
-            The change of every member's potential.
-        delta_grad : list of Tensor
-            The change of the potential's gradient, per parameter tensor.
+        delta_value : Tensor, shape (S,), or None
+            The change of every member's potential (None without ``changes``).
+        delta_grad : list of Tensor, or None
+            The change of the potential's gradient, per parameter tensor (None without ``changes``).
         """
         tau_old = self._tau(parameters).clone()
         sq = self._scaled_squares(parameters, tau_old)  # once: the draw and both energies use it
@@ -466,6 +469,9 @@ class HierarchicalPrior(FanInPrior):
         rate = self.precision_rate + 0.5 * sq
         tau = rng.gamma(shape) / rate
         tau = torch.where(torch.isfinite(tau) & (tau > 0), tau, tau_old)  # a non-finite chain keeps its own
+        if not changes:
+            self.precision = tau
+            return None, None
         before = self._energy(parameters, tau_old, sq)
         old = self._tau_forms(parameters)["factors"]
         self.precision = tau

@@ -121,6 +121,31 @@ def test_gibbs_reports_the_change_of_the_potential(input_relevance):
         torch.testing.assert_close(d, a - b)
 
 
+def test_gibbs_without_the_changes_draws_the_same_precisions_and_only_caching_kernels_ask_for_them(monkeypatch):
+    """``changes=False`` skips the change of the potential and gradient, not the draw: the same precisions from
+    the same stream. The samplers ask for the change only when their kernel caches the potential or gradient
+    (overrides ``potential_changed``): sghmc does not, baoab does."""
+    gen = torch.Generator().manual_seed(2)
+    params = [torch.randn(4, 5, 3, generator=gen, dtype=torch.float64),
+              torch.randn(4, 5, generator=gen, dtype=torch.float64)]
+    with_changes, without = HierarchicalPrior(), HierarchicalPrior()
+    dv, dg = with_changes.gibbs_update(params, ChainRandom(3, 4))
+    assert dv is not None and len(dg) == 2
+    assert without.gibbs_update(params, ChainRandom(3, 4), changes=False) == (None, None)
+    assert torch.equal(with_changes.precision, without.precision)
+
+    asked = []
+    for name in ("sghmc", "baoab"):
+        pot = _PriorOnly(HierarchicalPrior(), 4, 3, gibbs_interval=1)
+        monkeypatch.setattr(pot, "gibbs_update", lambda rng, changes=True, pot=pot: (
+            asked.append((name, changes)), pot.prior.gibbs_update([p.detach() for p in pot.parameters], rng,
+                                                                  changes))[1])
+        sampler = make_sampler(name, step_size=0.01)
+        state = sampler.init(pot.parameters, ChainRandom(5, 4), n_chains=4)
+        sampler.step(state, pot, None)
+    assert asked == [("sghmc", False), ("baoab", True)]
+
+
 class _PriorOnly:
     """The potential ``-log p(theta, tau)`` of a hierarchical prior alone (no data), with its Gibbs step."""
 
@@ -137,15 +162,15 @@ class _PriorOnly:
         with torch.no_grad():
             return self.value(), [-g for g in self.prior.grad_log_prob_chains(self.parameters)]
 
-    def gibbs_update(self, rng):
-        return self.prior.gibbs_update([p.detach() for p in self.parameters], rng)
+    def gibbs_update(self, rng, changes=True):
+        return self.prior.gibbs_update([p.detach() for p in self.parameters], rng, changes)
 
 
 class _WrongShape(HierarchicalPrior):
     """A Gibbs step from the wrong conditional (shape ``a + n`` instead of ``a + n/2``): the power check."""
 
     @torch.no_grad()
-    def gibbs_update(self, parameters, rng):
+    def gibbs_update(self, parameters, rng, changes=True):
         n = parameters[0][0].numel()
         sq = (parameters[0] * parameters[0]).reshape(parameters[0].shape[0], -1).sum(1, keepdim=True).double()
         tau_old = self._tau(parameters).clone()

@@ -600,9 +600,13 @@ class Sampler(BaseEstimator):
         # them from step 500 of 1000, as with the fan-in prior alone). Warm-up steps are discarded, so the kept
         # draws are those of the exact Gibbs-within-sampler kernel either way.
         if every and state.step % every == 0 and state.step >= self.adaptation_length() // 2:
-            change = potential.gibbs_update(state.rng)
+            # the change of the potential and its gradient, computed only for a kernel that caches them (one that
+            # overrides potential_changed: baoab, eqn, pt-langevin); SGHMC's and SGLD's steps take a fresh gradient
+            caches = type(self).potential_changed is not Sampler.potential_changed
+            change = potential.gibbs_update(state.rng, changes=caches)
             if change is not None:
-                self.potential_changed(state, *change)
+                if caches:
+                    self.potential_changed(state, *change)
                 if _warmup.scale_moves(self, state, potential):  # the warm-up's: positions moved
                     self.reset_cache(state)
 
