@@ -6,6 +6,7 @@ receive ``U`` and ``grad U`` and never rescale.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
 import torch
@@ -174,6 +175,22 @@ def batched_outputs(module: nn.Module, names: Sequence[str], parameters: Sequenc
         return torch.func.functional_call(module, dict(zip(names, ps)), (xb,))
 
     return torch.func.vmap(single, in_dims=(0, None))(list(parameters), X)
+
+
+_TAKES_CHANGES: dict = {}
+
+
+def _takes_changes(update) -> bool:
+    """Whether a prior's ``gibbs_update`` takes the ``changes`` keyword (a custom prior written before it existed
+    takes ``(parameters, rng)``), per function, looked up once."""
+    function = getattr(update, "__func__", update)
+    if function not in _TAKES_CHANGES:
+        try:
+            parameters = inspect.signature(update).parameters.values()
+        except (TypeError, ValueError):  # (no signature to read: call it as before)
+            parameters = ()
+        _TAKES_CHANGES[function] = any(p.name == "changes" or p.kind is p.VAR_KEYWORD for p in parameters)
+    return _TAKES_CHANGES[function]
 
 
 def _data_potential(likelihood, n_data: int, outputs: Tensor, y: Tensor, lik_params) -> Tensor:
@@ -489,11 +506,12 @@ class ChainPosterior:
         if update is None:
             return None
         net = self.network_parameters
-        change = update(net, rng) if changes else update(net, rng, changes=False)
+        # (a prior whose gibbs_update predates the keyword is called as before; its change is then not used)
+        change = update(net, rng, changes=False) if not changes and _takes_changes(update) else update(net, rng)
         if change is None:
             return None
         delta_value, delta_grad = change
-        if delta_value is None:
+        if delta_value is None or not changes:
             return None, None
         rest = [torch.zeros_like(p) for p in self.parameters[len(self.net_names):]]
         return delta_value, list(delta_grad) + rest

@@ -4,6 +4,7 @@ the per-chain Gamma numbers the Gibbs step draws."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -119,6 +120,31 @@ def test_gibbs_reports_the_change_of_the_potential(input_relevance):
     torch.testing.assert_close(dv, after_u - before_u)
     for d, a, b in zip(dg, after_g, before_g):
         torch.testing.assert_close(d, a - b)
+
+
+def test_a_custom_prior_whose_gibbs_update_predates_the_changes_keyword_still_fits():
+    """A prior object with ``gibbs_update(parameters, rng)`` (the signature before ``changes``) is called as
+    before under a kernel that asks for no change (sghmc, the default) and under one that caches (baoab)."""
+    from sklearn.datasets import load_iris
+
+    from bayesnet import BayesianMLPClassifier
+
+    class OldPrior(HierarchicalPrior):
+        calls = 0
+
+        def gibbs_update(self, parameters, rng):
+            type(self).calls += 1
+            return super().gibbs_update(parameters, rng)
+
+    X, y = load_iris(return_X_y=True)
+    for sampler in ("sghmc", "baoab"):
+        OldPrior.calls = 0
+        clf = BayesianMLPClassifier(hidden_layer_sizes=(8,), prior_scale=OldPrior(), sampler=sampler, burn_in=60,
+                                    n_draws=5, thinning=2, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf.fit(X, y)
+        assert OldPrior.calls > 0 and clf.trace_.n_stored == 5
 
 
 def test_gibbs_without_the_changes_draws_the_same_precisions_and_only_caching_kernels_ask_for_them(monkeypatch):

@@ -426,19 +426,24 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
 
     def _batch_hooks(self) -> tuple[list, list]:
         """The per-step hooks ``notify`` would call, ``(on_batch_begin's, on_batch_end's)``: the net's and each
-        callback's, leaving out those that do nothing (skorch's base :class:`~skorch.callbacks.Callback` methods,
-        the net's own ``on_batch_begin`` here and skorch's ``on_batch_end``), in ``notify``'s order. A step of a
-        small network is mostly per-call overhead; the default fit's callbacks define one hook of the two
-        (measured: 24 of 570 microseconds a step went to ``notify``). A subclass with its own ``notify`` keeps it."""
-        if type(self).notify is not NeuralNet.notify:
+        callback's, in ``notify``'s order, leaving out those that do nothing (a class's skorch base
+        :class:`~skorch.callbacks.Callback` method, the net's own ``on_batch_begin`` here and skorch's
+        ``on_batch_end``; a hook set on an instance is always called). Collected once an epoch. A step of a small
+        network is mostly per-call overhead; the default fit's callbacks define one hook of the two (measured: 24
+        of 570 microseconds a step went to ``notify``). A net whose ``notify`` is its own (a subclass's, or one set
+        on the instance) is notified through it."""
+        if type(self).notify is not NeuralNet.notify or "notify" in vars(self):
             return ([lambda net, **kw: net.notify("on_batch_begin", **kw)],
                     [lambda net, **kw: net.notify("on_batch_end", **kw)])
+
+        def idle(obj, name, base) -> bool:
+            return name not in vars(obj) and getattr(type(obj), name, None) is base
+
         hooks = []
         idle_hooks = (("on_batch_begin", BayesianNeuralNet.on_batch_begin), ("on_batch_end", NeuralNet.on_batch_end))
-        for name, idle in idle_hooks:
-            own = [] if getattr(type(self), name) is idle else [getattr(self, name)]
-            hooks.append(own + [getattr(cb, name) for _, cb in self.callbacks_
-                                if getattr(type(cb), name, None) is not getattr(Callback, name)])
+        for name, own in idle_hooks:
+            callbacks = [getattr(cb, name) for _, cb in self.callbacks_ if not idle(cb, name, getattr(Callback, name))]
+            hooks.append(([] if idle(self, name, own) else [getattr(self, name)]) + callbacks)
         return hooks[0], hooks[1]
 
     def train_step(self, batch, **fit_params):

@@ -217,6 +217,14 @@ class WarmUp:
         if not self.recent or self.recent[-1] is not batch:
             self.recent = (self.recent + [batch])[-N_BATCHES:]
 
+    def __getstate__(self):
+        # the recent batches are views of the block of rows the estimator's batches are sliced from (up to 4 MiB):
+        # pickled as they are, each would carry its whole block; pickle compact copies instead
+        state = self.__dict__.copy()
+        state["recent"] = [tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in b)
+                           if isinstance(b, (tuple, list)) else b for b in self.recent]
+        return state
+
     def record(self, grads: Sequence[Tensor], position: Sequence[Tensor], step: int | None = None) -> None:
         """Add one gradient (and the position it was taken at) to the window's moments: the sums of ``g``,
         ``g^2``, ``theta``, ``theta^2``. A non-finite entry makes its coordinate's sums non-finite, and
