@@ -163,6 +163,8 @@ class Trace:
             if slots.size == 0:
                 return np.empty(0, dtype=np.int64)
         self.last_due = int(slots.size)
+        stats = dict(stats or {})
+        carried = {}
         with torch.no_grad():
             if not self.shapes:
                 self.shapes = [p.shape[1:] if self.chain_axis else p.shape for p in position]
@@ -173,7 +175,19 @@ class Trace:
                 flat = torch.cat([p.detach().index_select(0, idx).reshape(len(slots), -1) for p in position], dim=1)
             else:
                 flat = torch.cat([p.detach().reshape(-1) for p in position])[None]
-            flat = flat.cpu()
+            if slots.size == self.n_slots:  # the statistics of the position's dtype and device travel with it:
+                # one copy to the host per draw (on a GPU every read waits for the device), not one per statistic
+                carried = {name: value for name, value in stats.items() if isinstance(value, Tensor)
+                           and value.dtype == flat.dtype and value.device == flat.device
+                           and value.numel() in (1, self.n_slots)}
+            if carried:
+                D = flat.shape[1]
+                columns = [value.detach().reshape(-1, 1).expand(self.n_slots, 1) for value in carried.values()]
+                host = torch.cat([flat, *columns], dim=1).cpu()
+                flat = host[:, :D]
+                carried = {name: host[:, D + j].numpy().astype(np.float64) for j, name in enumerate(carried)}
+            else:
+                flat = flat.cpu()
         finite = torch.isfinite(flat).all(dim=1).numpy()
         if finite.all():
             bad = np.empty(0, dtype=np.int64)
@@ -185,12 +199,15 @@ class Trace:
         if self._buffer is None:
             self._buffer = torch.empty((self.n_slots, self.n_draws, flat.shape[1]), dtype=flat.dtype)
         at = self._next[slots]
-        self._buffer[torch.as_tensor(slots), torch.as_tensor(at)] = flat
+        if slots.size == self.n_slots and (at == at[0]).all():  # every slot at one ring position (the usual)
+            self._buffer[:, int(at[0])] = flat
+        else:
+            self._buffer[torch.as_tensor(slots), torch.as_tensor(at)] = flat
         self._steps[slots, at] = step
-        for name, value in (stats or {}).items():
+        for name, value in stats.items():
             if name not in self._stats:
                 self._stats[name] = np.full((self.n_slots, self.n_draws), np.nan)
-            self._stats[name][slots, at] = _host(value, self.n_slots)[slots]
+            self._stats[name][slots, at] = (carried[name] if name in carried else _host(value, self.n_slots))[slots]
         self._next[slots] = (at + 1) % self.n_draws
         self._stored[slots] = np.minimum(self._stored[slots] + 1, self.n_draws)
         self.kept_per_slot[slots] += 1

@@ -206,6 +206,33 @@ def test_a_trace_stores_the_same_draws_on_its_lockstep_path():
     assert np.array_equal(fast.kept_per_slot, slow.kept_per_slot) and fast.kept_per_slot[1] == 4
 
 
+def test_a_draws_statistics_copied_with_its_position_are_those_copied_one_by_one():
+    """When every slot stores, the statistics of the position's dtype travel to the host with it (one copy per
+    draw); what is stored equals what a statistic copied on its own stores (here given as NumPy arrays, or in
+    another dtype), through a slot whose position is not finite."""
+    together = Trace(n_draws=3, burn_in=1, thinning=1, n_slots=3)
+    apart = Trace(n_draws=3, burn_in=1, thinning=1, n_slots=3)
+    for step in range(1, 8):
+        pos = [torch.arange(6.0).reshape(3, 2) / 7 + step]
+        if step == 5:
+            pos[0][2, 1] = float("nan")
+        potential = torch.tensor([1.0, 2.0, 3.0]) / 3 * step
+        kinetic = torch.tensor(0.1 * step)  # one value for every slot
+        stats = {"potential": potential, "kinetic": kinetic, "wide": potential.double() / 11, "temperature": 1.5}
+        other = {"potential": potential.numpy(), "kinetic": float(kinetic), "wide": (potential.double() / 11).numpy(),
+                 "temperature": 1.5}
+        bad = [together.offer(step, pos, stats, True), apart.offer(step, pos, other, True)]
+        assert np.array_equal(*bad) and bad[0].tolist() == ([2] if step == 5 else [])
+    assert together.kept_per_slot.tolist() == [6, 6, 5]
+    for a, b in zip(together.draws(per_slot=True), apart.draws(per_slot=True)):
+        assert torch.equal(a, b)
+    for name in ("potential", "kinetic", "wide", "temperature"):
+        assert np.array_equal(together._stats[name], apart._stats[name], equal_nan=True), name
+    # slot 2 kept steps 2, 3, 4, 6, 7 (5 was not finite) in a ring of 3: 6, 7, 4, each its own step's value
+    expected = (torch.tensor(3.0) / 3 * torch.tensor([6.0, 7.0, 4.0])).double().numpy()
+    assert np.array_equal(together._stats["potential"][2], expected)
+
+
 def test_rank_normalised_rhat_and_bulk_ess():
     rng = np.random.default_rng(0)
     iid = rng.standard_cauchy(size=(4, 1000))  # heavy tails: ranks make it well defined
