@@ -467,7 +467,7 @@ class HierarchicalPrior(FanInPrior):
         n = self._sizes(parameters, sq.device)
         shape = (self.precision_shape + 0.5 * n).expand_as(sq).contiguous()
         rate = self.precision_rate + 0.5 * sq
-        tau = rng.gamma(shape) / rate
+        tau = rng.gamma(shape, check=False) / rate  # (a >= 1, checked when the prior was made: no device read)
         tau = torch.where(torch.isfinite(tau) & (tau > 0), tau, tau_old)  # a non-finite chain keeps its own
         if not changes:
             self.precision = tau

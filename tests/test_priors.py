@@ -282,6 +282,9 @@ def test_chain_gamma_is_per_chain():
     torch.testing.assert_close(one[0], four[0])
     with pytest.raises(ValueError, match=">= 1"):
         ChainRandom(0, 1).gamma(torch.tensor([0.5]))
+    # without the check (the Gibbs step's shapes are >= 1 by construction: no read of the device), the same numbers
+    unchecked = ChainRandom(11, 4).gamma(torch.full((4, 5), 3.0, dtype=torch.float64), check=False)
+    assert torch.equal(unchecked, four)
 
 
 def test_gibbs_steps_start_at_half_the_warm_up():

@@ -116,7 +116,7 @@ class ChainRandom:
         """Uniform numbers on [0, 1), ``n`` per chain: shape ``(C, n)``."""
         return self._draw(_KIND_UNIFORM, n, dtype)
 
-    def gamma(self, shape: Tensor, trials: int = 16) -> Tensor:
+    def gamma(self, shape: Tensor, trials: int = 16, check: bool = True) -> Tensor:
         """Gamma(``shape``, 1) numbers, ``shape`` a tensor ``(C * m, K)`` (``m`` rows per chain) or ``(K,)`` for
         one chain, every value ``>= 1``; each chain's from its own stream.
 
@@ -124,13 +124,15 @@ class ChainRandom:
         uniform each, drawn from the pools, so a chain's stream never depends on the others' acceptances)
         and takes the first accepted one. A proposal is accepted with probability above 0.95 for shape
         ``>= 1``; the chance that all 16 fail is below ``1e-20``, and then the last proposal is taken.
+        ``check=False`` skips the check below, a read of the device (for a caller whose shapes are at least 1
+        by construction, such as :meth:`~bayesnet.priors.HierarchicalPrior.gibbs_update`'s).
 
         Raises
         ------
         ValueError
-            If a shape is below 1.
+            If a shape is below 1 (with ``check``).
         """
-        if bool((shape < 1).any()):
+        if check and bool((shape < 1).any()):
             raise ValueError("ChainRandom.gamma takes shapes >= 1.")
         dtype = shape.dtype
         rows = shape.reshape(self.n_chains, -1)  # chain major
