@@ -462,12 +462,14 @@ class HierarchicalPrior(FanInPrior):
         delta_grad : list of Tensor, or None
             The change of the potential's gradient, per parameter tensor (None without ``changes``).
         """
+        if not self.precision_shape >= 1:  # (checked when made; here for one set by hand since: on the host)
+            raise ValueError(f"precision_shape must be >= 1, got {self.precision_shape!r}.")
         tau_old = self._tau(parameters).clone()
         sq = self._scaled_squares(parameters, tau_old)  # once: the draw and both energies use it
         n = self._sizes(parameters, sq.device)
         shape = (self.precision_shape + 0.5 * n).expand_as(sq).contiguous()
         rate = self.precision_rate + 0.5 * sq
-        tau = rng.gamma(shape, check=False) / rate  # (a >= 1, checked when the prior was made: no device read)
+        tau = rng.gamma(shape, check=False) / rate  # (a >= 1, checked above on the host: no device read)
         tau = torch.where(torch.isfinite(tau) & (tau > 0), tau, tau_old)  # a non-finite chain keeps its own
         if not changes:
             self.precision = tau

@@ -175,17 +175,18 @@ class Trace:
                 flat = torch.cat([p.detach().index_select(0, idx).reshape(len(slots), -1) for p in position], dim=1)
             else:
                 flat = torch.cat([p.detach().reshape(-1) for p in position])[None]
-            if slots.size == self.n_slots:  # the statistics of the position's dtype and device travel with it:
-                # one copy to the host per draw (on a GPU every read waits for the device), not one per statistic
+            if slots.size == self.n_slots and flat.shape[0] == self.n_slots:  # the statistics of the position's
+                # dtype and device travel with it: one copy to the host per draw (on a GPU every read waits for the
+                # device), not one per statistic; any other goes on its own, as does every one of a partial store
                 carried = {name: value for name, value in stats.items() if isinstance(value, Tensor)
-                           and value.dtype == flat.dtype and value.device == flat.device
+                           and value.dtype == flat.dtype and value.device == flat.device and value.dim() <= 1
                            and value.numel() in (1, self.n_slots)}
             if carried:
                 D = flat.shape[1]
                 columns = [value.detach().reshape(-1, 1).expand(self.n_slots, 1) for value in carried.values()]
                 host = torch.cat([flat, *columns], dim=1).cpu()
                 flat = host[:, :D]
-                carried = {name: host[:, D + j].numpy().astype(np.float64) for j, name in enumerate(carried)}
+                carried = {name: host[:, D + j].to(torch.float64).numpy() for j, name in enumerate(carried)}
             else:
                 flat = flat.cpu()
         finite = torch.isfinite(flat).all(dim=1).numpy()

@@ -233,6 +233,22 @@ def test_a_draws_statistics_copied_with_its_position_are_those_copied_one_by_one
     assert np.array_equal(together._stats["potential"][2], expected)
 
 
+def test_a_draws_statistics_in_other_layouts_are_stored_or_refused_as_before():
+    """The one-transfer path leaves alone what it cannot carry: one chain's position offered to several slots
+    without a chain axis, a bfloat16 statistic (stored as float64), a statistic shaped (S, 1) (refused, as on a
+    step where only some slots store)."""
+    one = Trace(n_draws=2, n_slots=3, chain_axis=False)
+    one.offer(1, [torch.ones(2)], {"potential": torch.tensor(2.0)})
+    assert one.kept_per_slot.tolist() == [1, 1, 1] and one._stats["potential"][:, 0].tolist() == [2.0] * 3
+    half = Trace(n_draws=2, n_slots=1, chain_axis=True)
+    half.offer(1, [torch.ones(1, 2, dtype=torch.bfloat16)], {"potential": torch.full((1,), 1.5, dtype=torch.bfloat16)})
+    assert half._stats["potential"][0, 0] == 1.5
+    for flags in (True, np.array([True, True, False])):
+        with pytest.raises(ValueError):
+            Trace(n_draws=2, n_slots=3, chain_axis=True).offer(1, [torch.ones(3, 2)], {"potential": torch.ones(3, 1)},
+                                                                  flags)
+
+
 def test_rank_normalised_rhat_and_bulk_ess():
     rng = np.random.default_rng(0)
     iid = rng.standard_cauchy(size=(4, 1000))  # heavy tails: ranks make it well defined

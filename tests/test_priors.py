@@ -285,6 +285,11 @@ def test_chain_gamma_is_per_chain():
     # without the check (the Gibbs step's shapes are >= 1 by construction: no read of the device), the same numbers
     unchecked = ChainRandom(11, 4).gamma(torch.full((4, 5), 3.0, dtype=torch.float64), check=False)
     assert torch.equal(unchecked, four)
+    # a precision_shape set below 1 by hand after the prior was made is refused by the Gibbs step (on the host)
+    prior = HierarchicalPrior()
+    prior.precision_shape = 0.2
+    with pytest.raises(ValueError, match="precision_shape"):
+        prior.gibbs_update([torch.randn(2, 3, 4, dtype=torch.float64)], ChainRandom(0, 2))
 
 
 def test_gibbs_steps_start_at_half_the_warm_up():
