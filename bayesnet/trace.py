@@ -186,7 +186,7 @@ class Trace:
                 columns = [value.detach().reshape(-1, 1).expand(self.n_slots, 1) for value in carried.values()]
                 host = torch.cat([flat, *columns], dim=1).cpu()
                 flat = host[:, :D]
-                carried = {name: host[:, D + j].to(torch.float64).numpy() for j, name in enumerate(carried)}
+                carried = {name: _host(host[:, D + j], self.n_slots) for j, name in enumerate(carried)}
             else:
                 flat = flat.cpu()
         finite = torch.isfinite(flat).all(dim=1).numpy()
