@@ -1009,8 +1009,12 @@ def run_parent(args) -> dict:
             if error:
                 failures.append(f"round {r + 1} {what}: {error}")
                 print(f"  round {r + 1}/{args.rounds} {what}: FAILED ({error.splitlines()[0]})", flush=True)
-            else:
-                print(f"  round {r + 1}/{args.rounds} {what}: {time.perf_counter() - t0:.0f} s", flush=True)
+            else:  # the figures too, so that a run stopped at a time limit still shows what it measured
+                got = " ".join(f"{rec.get('sampler', '')}x{rec.get('chains', '')} {rec['step_s'] * 1e6:.0f} µs"
+                               if "step_s" in rec else f"fit {rec['fit_s']:.2f} s"
+                               for rec in out if "step_s" in rec or "fit_s" in rec)
+                print(f"  round {r + 1}/{args.rounds} {what}: {time.perf_counter() - t0:.0f} s"
+                      + (f" ({got})" if got else ""), flush=True)
     return {"records": records, "failures": failures, "wall_s": time.perf_counter() - t_start}
 
 
