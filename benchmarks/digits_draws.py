@@ -3,14 +3,16 @@
 The defaults panel's digits task (its split, a StandardScaler in front) fitted by `BayesianMLPClassifier()` at
 its defaults; its draws read one by one (`predict_draws`). Printed per seed and likelihood weight: the averaged
 predictive's accuracy, NLL, ECE (15 bins) and mean confidence; on the ordinary test rows (every standardised
-input below 10 in absolute value) the same for the average and for a single draw (means over the draws); the
-share of the NLL carried by the other rows (an input rare in training, its z-score 10 or more); and five
+input below 10 in absolute value) the accuracy and mean confidence of the average and of a single draw (means
+over the draws); the share of the NLL carried by the other rows (an input rare in training, its z-score 10 or
+more; a pixel constant in training keeps scale 1, so its rows count as ordinary); and five
 `MLPClassifier()` of other seeds averaged, for comparison (benchmarks/README.md, "Where the digits
 predictive's underconfidence comes from").
 
 `--likelihood-weights 1 2 3` also fits colder posteriors: the data term weighted by w (the run's
 `ChainPosterior` built with `w * n_data`; the run's plan, the prior and its Gibbs steps unchanged, the warm-up
-adapting to the stiffer posterior). A benchmark-only device: the estimators have no such parameter.
+adapting its step to the stiffer posterior; its scale moves' noise penalty then also counts `w * n_data` rows
+in its finite-population factor). A benchmark-only device: the estimators have no such parameter.
 
     OMP_NUM_THREADS=1 python benchmarks/digits_draws.py [--seeds 0 1 2 3] [--likelihood-weights 1 2 3]
 """

@@ -12,8 +12,9 @@
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
 # Run it from the repository's root. Each step has its own time limit (tests, fit, peers and bench together fit
-# in one 10-minute device call: 7.3 minutes at the second lease, 9 at the fourth, on a slower machine with two steps
-# cut at their limits; rnn and diag each want a call of their own), and a step
+# in one 10-minute device call only because most steps end well inside their limits, which add up to more: 7.3
+# minutes at the second lease, 9 at the fourth, on a slower machine with two steps cut at their limits; rnn and
+# diag each want a call of their own), and a step
 # that fails or runs out of time does not stop the next one; the script exits 1 naming them. The tests phase
 # uses pytest-xdist (in the GPU image; not among the wheels).
 # Logs go to $OUT (or ./gpu-logs when OUT is unset). Packages the machine lacks (skorch; posteriors and
@@ -73,8 +74,8 @@ peers)
     # sampler steps against the torch loop, posteriors and BlackJAX (jax on the GPU when it sees one); one round,
     # each worker times 5 blocks of 100 steps after 20 warm-up steps
     common=(--device cuda --workloads mlp784 --samplers sghmc --rounds 1 --steps 100 --repeats 5 --warmup 20 --no-fit)
-    # (the compiled step in torch's default mode is left out: 48 s of a worker's compiling at the fourth lease,
-    # and on a GPU the mode that pays is CUDA graphs, timed next)
+    # (the compiled step in torch's default mode is left out: its worker took 48 s at the fourth lease, and on a
+    # GPU the mode meant to pay is CUDA graphs, timed next)
     step peers 170 $PY benchmarks/peers.py "${common[@]}" --impls ours-kernel ours-estimator torch-loop \
         posteriors blackjax --output "$OUT/peers.json"
     grep "^  round" "$OUT/peers.log"

@@ -1010,7 +1010,8 @@ def run_parent(args) -> dict:
                 failures.append(f"round {r + 1} {what}: {error}")
                 print(f"  round {r + 1}/{args.rounds} {what}: FAILED ({error.splitlines()[0]})", flush=True)
             else:  # the figures too, so that a run stopped at a time limit still shows what it measured
-                got = " ".join(f"{rec.get('sampler', '')}x{rec.get('chains', '')} {rec['step_s'] * 1e6:.0f} µs"
+                got = " ".join(f"{rec.get('sampler', '')} x{rec.get('chains', '')} {rec['step_s'] * 1e6:.0f} µs"
+                               + ("" if rec.get("finite", True) else " NON-FINITE")
                                if "step_s" in rec else f"fit {rec['fit_s']:.2f} s"
                                for rec in out if "step_s" in rec or "fit_s" in rec)
                 print(f"  round {r + 1}/{args.rounds} {what}: {time.perf_counter() - t0:.0f} s"
