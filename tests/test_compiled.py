@@ -141,7 +141,7 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
                                                                     "sampler__step_size": 0.01}),
                                            ("tacthmc", {"sampler__steps_per_sample": 10,
                                                         "sampler__resample_momentum": True}),
-                                           ("hmc", {"batch_size": -1}),
+                                           ("hmc", {"batch_size": -1, "thinning": 1}),
                                            ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4})],
                          ids=["baoab", "eqn", "tacthmc", "hmc", "pt-langevin"])
 def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
@@ -151,7 +151,12 @@ def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
     unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
     eqn's preconditioner (at an explicit step, the paper's mode) is refreshed at steps 100 and 150, TACT-HMC's momenta resampled at every draw, both
     eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager,
-    pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need)."""
+    pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need).
+    eqn's walkers amplify rounding most: its draws are compared to 1e-4 of their scale (1.2e-5 reached on an AMD
+    EPYC without AVX-512, under 1e-5 on the Intel machines; an error in the update moves them by about the step,
+    1e-2). HMC's draws are its first five transitions after the warm-up (thinning 1): along a longer run the
+    rounding of the two paths' energies can flip one Metropolis decision, after which the chains part for good
+    (on the AMD machine at the fourth draw of thinning 10)."""
     X, y = cancer
     # (standardize_inputs=False: the chains measured when the tolerance was set; standardised, baoab's chains part
     # at 2.5 times it on this machine, its ReLU-flip amplification of rounding as above)
@@ -163,7 +168,7 @@ def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
         pytest.skip(f"torch.compile is not available here: {fast.compiled_step_.fallback}")
     assert fast.fit_status_["compiled"] == "compiled"
     a, b = eager.trace_.as_array(), fast.trace_.as_array()
-    assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
+    assert np.abs(a - b).max() <= (1e-4 if sampler == "eqn" else 1e-5) * np.abs(a).max()
 
 
 @pytest.mark.parametrize("sampler,extra", [("sghmc", {}), ("hmc", {"batch_size": -1, "n_chains": 2})],

@@ -277,14 +277,16 @@ def test_the_default_classifier_on_unscaled_inputs_is_not_silently_hot(cancer):
 
 def test_a_chain_that_runs_hot_warns(iris):
     """A step size too large for the posterior, not large enough to diverge: the chain's kinetic temperature
-    averages about 5 times its target after the burn-in; a ConvergenceWarning says so and names the fix."""
+    averages a few times its target after the burn-in (1.9-5 by CPU and seed: a short, hot chain's path is
+    sensitive to rounding); a ConvergenceWarning says so, quoting that figure, and names the fix."""
     X, y = iris
     est = BayesianMLPClassifier((8,), n_draws=20, burn_in=50, thinning=2, random_state=0, sampler="sghmc",
                                 sampler__step_size=0.005)
     messages = fit_recording(est, X, y)
     hot = [m for m in messages if m.startswith("a chain ran hot")]
     assert hot and "against a target of 1" in hot[0] and "a smaller step size (sampler__step_size=0.005)" in hot[0]
-    assert est.diagnostics_["kinetic_temperature"] > 2
+    temperature = est.diagnostics_["kinetic_temperature"]
+    assert temperature > 1.5 and f"averaged {temperature:.3g} after burn-in" in hot[0]
 
 
 def test_the_hot_chain_warning_is_about_a_kept_chain(cancer):
@@ -323,37 +325,64 @@ def test_a_wide_layer_growing_to_its_posterior_scale_is_not_a_divergence(monkeyp
     stopped as "diverged" at step 761 (5 draws kept): the layers' precisions fall for thousands of steps while the
     weights grow to the scale the data ask for, and the joint potential rises by (n/2) log(1/tau) with them,
     beyond 30 warm-up standard deviations, with the chain in good health. Now the monitor watches the potential
-    given the precisions: the run completes. The power check runs the same fit watching the joint potential (the
-    prior's hyperparameter terms hidden), and it is stopped as before. The warm-up's scale moves, which now take
-    the layers most of the way to their posterior scale before the draws, are off here: the test is about a
-    chain whose scales still move (as a short burn-in or a deeper network leaves them)."""
+    given the precisions: the run completes. The power check reads both potentials of that fit step by step,
+    each against its own reference as the monitor builds it (the last quarter of the burn-in, its spread floored
+    at sqrt(D / 2)): the joint potential climbs far above its reference, the conditional one does not. (Whether
+    the joint's climb crosses the monitor's 30 standard deviations within this run depends on the CPU's
+    rounding of a long chain: on the Intel machines where this was measured it did, and a monitor watching it
+    stopped the run; on an AMD EPYC it reached 11 on this seed, 29-60 on seeds 1-2, with the conditional's at
+    0.1, 2.6 and 6.5.) The warm-up's scale moves, which now take the layers most of the way to their posterior
+    scale before the draws, are off here: the test is about a chain whose scales still move (as a short burn-in
+    or a deeper network leaves them)."""
     from sklearn.datasets import load_digits
 
     import bayesnet.samplers.warmup as warmup_module
-    from bayesnet.posterior import ChainPosterior
+    from bayesnet.estimators import callbacks as callbacks_module
 
     monkeypatch.setattr(warmup_module, "scale_moves", lambda *args: False)
 
     from bayesnet.priors import HierarchicalPrior
 
+    record = {"steps": [], "joint": [], "given": []}
+    read = callbacks_module.DivergenceMonitor._read
+
+    def recording_read(self, net, state, step):  # the steps the monitor is about to read, both ways
+        steps, fields = net.step_stats_.since(state["processed"])
+        if len(steps):
+            joint = fields["potential"].astype(np.float64)  # (S, k): the sampler's potential, precisions' terms in
+            terms = callbacks_module._terms_at(state.get("hyper"), steps, joint.shape[0])
+            record["steps"].append(steps)
+            record["joint"].append(joint[0])
+            record["given"].append((joint + terms)[0])
+        return read(self, net, state, step)
+
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
-    # one precision for the input layer, as when this was measured: with one per input (the default since) the
-    # joint potential drifts less, and the power check's monitor no longer stops the run; the default is fitted
-    # too, and completes
+    # one precision for the input layer, as when this was measured; the default (one per input) is fitted too, and
+    # completes (watching the joint potential, a monitor stopped it at step 1000 on the AMD machine)
     # (the inputs are scaled already: standardize_inputs=False keeps the chain measured, which the map's float32
     # rounding alone would change)
     settings = dict(hidden_layer_sizes=(1000,), burn_in=200, n_draws=50, thinning=20, random_state=0,
                     prior_scale=HierarchicalPrior(input_relevance=False), standardize_inputs=False)
     for prior in (settings["prior_scale"], "auto"):
         est = BayesianMLPClassifier(**{**settings, "prior_scale": prior})
-        fit_recording(est, X, y)
+        with monkeypatch.context() as m:
+            if prior is settings["prior_scale"]:
+                m.setattr(callbacks_module.DivergenceMonitor, "_read", recording_read)
+            fit_recording(est, X, y)
         assert est.fit_status_["status"] == "complete" and not est.fit_status_["diverged_chains"]
         assert est.trace_.n_kept == 50 and est.score(X, y) > 0.95
-    with monkeypatch.context() as m:
-        m.setattr(ChainPosterior, "hyperparameter_terms", lambda self: None)
-        with pytest.raises(DivergenceError, match="a potential far above what the warm-up saw"):
-            BayesianMLPClassifier(**settings).fit(X, y)
+    steps = np.concatenate(record["steps"])
+    window, after = (steps > 150) & (steps <= 200), steps > 200
+    floor = np.sqrt(est.posterior_.n_parameters_per_member / 2.0)  # (the same network under both priors)
+    excess = {}
+    for name in ("joint", "given"):
+        u = np.concatenate(record[name])
+        mean, sd = u[window].mean(), max(u[window].std(), floor)
+        excess[name] = float((u[after] - mean).max() / sd)
+    assert window.sum() == 50 and after.sum() == 1000
+    assert excess["given"] < 30.0  # what the monitor now checks (the run completed)
+    assert excess["joint"] > 10.0 and excess["joint"] > 3.0 * excess["given"], excess
 
 
 def test_the_divergence_reference_counts_each_members_finite_potentials_only(iris):
