@@ -149,7 +149,7 @@ def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
     rounding (the
     step-for-step check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU
     unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
-    eqn's preconditioner (at an explicit step, the paper's mode) is refreshed at steps 100 and 150, TACT-HMC's momenta resampled at every draw, both
+    eqn's preconditioner (at an explicit step, the paper's mode) is refreshed at steps 50 and 100 (the latter at the first compiled step), TACT-HMC's momenta resampled at every draw, both
     eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager,
     pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need).
     eqn's walkers amplify rounding most: its draws are compared to 1e-4 of their scale (1.2e-5 reached on an AMD
@@ -171,12 +171,14 @@ def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
     assert np.abs(a - b).max() <= (1e-4 if sampler == "eqn" else 1e-5) * np.abs(a).max()
 
 
-@pytest.mark.parametrize("sampler,extra", [("sghmc", {}), ("hmc", {"batch_size": -1, "n_chains": 2})],
+@pytest.mark.parametrize("sampler,extra", [("sghmc", {}), ("hmc", {"batch_size": -1, "n_chains": 2, "thinning": 1})],
                          ids=["sghmc", "hmc"])
 def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeypatch, sampler, extra):
     """A compiler that fails (no C++ toolchain, say) costs one UserWarning; the run goes on eagerly with the
     same numbers, and the estimator pickles. hmc's compiled unit fails at its first leapfrog step, inside a
-    transition: the same pure step then runs eagerly on the same inputs."""
+    transition: the same pure step then runs eagerly on the same inputs (its 20 transitions after the warm-up
+    compared, thinning 1: the pure step and the in-place kernel round differently, and along a longer run one
+    flipped Metropolis decision would part the chains)."""
     def broken(fn, **kwargs):
         def call(*args):
             raise RuntimeError("no working C++ compiler")

@@ -276,17 +276,20 @@ def test_the_default_classifier_on_unscaled_inputs_is_not_silently_hot(cancer):
 
 
 def test_a_chain_that_runs_hot_warns(iris):
-    """A step size too large for the posterior, not large enough to diverge: the chain's kinetic temperature
-    averages a few times its target after the burn-in (1.9-5 by CPU and seed: a short, hot chain's path is
-    sensitive to rounding); a ConvergenceWarning says so, quoting that figure, and names the fix."""
+    """A step size too large for the posterior, not large enough to diverge: the chains' kinetic temperatures
+    average a few times their target after the burn-in; a ConvergenceWarning says so, quoting the hottest
+    chain's figure, and names the fix. Four chains, because one short hot chain's mean depends on the CPU's
+    rounding of its path (this seed's first chain: about 5 on the Intel machines, 1.9 on an AMD EPYC, against
+    the warning's threshold of 1.67); the hottest of four was 2.3-5.7 on seeds 0-3 there."""
     X, y = iris
     est = BayesianMLPClassifier((8,), n_draws=20, burn_in=50, thinning=2, random_state=0, sampler="sghmc",
-                                sampler__step_size=0.005)
+                                sampler__step_size=0.005, n_chains=4)
     messages = fit_recording(est, X, y)
-    hot = [m for m in messages if m.startswith("a chain ran hot")]
+    hot = [m for m in messages if m.startswith("a chain ran hot: its kinetic temperature")]
     assert hot and "against a target of 1" in hot[0] and "a smaller step size (sampler__step_size=0.005)" in hot[0]
-    temperature = est.diagnostics_["kinetic_temperature"]
-    assert temperature > 1.5 and f"averaged {temperature:.3g} after burn-in" in hot[0]
+    assert not est.fit_status_["diverged_chains"]
+    hottest = float(est.step_stats_.member_means("kinetic_temperature").max())
+    assert hottest > 2.0 and f"averaged {hottest:.3g} after burn-in" in hot[0]
 
 
 def test_the_hot_chain_warning_is_about_a_kept_chain(cancer):
@@ -369,20 +372,27 @@ def test_a_wide_layer_growing_to_its_posterior_scale_is_not_a_divergence(monkeyp
         with monkeypatch.context() as m:
             if prior is settings["prior_scale"]:
                 m.setattr(callbacks_module.DivergenceMonitor, "_read", recording_read)
+                first = est
             fit_recording(est, X, y)
         assert est.fit_status_["status"] == "complete" and not est.fit_status_["diverged_chains"]
         assert est.trace_.n_kept == 50 and est.score(X, y) > 0.95
     steps = np.concatenate(record["steps"])
     window, after = (steps > 150) & (steps <= 200), steps > 200
     floor = np.sqrt(est.posterior_.n_parameters_per_member / 2.0)  # (the same network under both priors)
-    excess = {}
+    excess, reference = {}, {}
     for name in ("joint", "given"):
         u = np.concatenate(record[name])
         mean, sd = u[window].mean(), max(u[window].std(), floor)
+        reference[name] = (mean, sd)
         excess[name] = float((u[after] - mean).max() / sd)
     assert window.sum() == 50 and after.sum() == 1000
-    assert excess["given"] < 30.0  # what the monitor now checks (the run completed)
-    assert excess["joint"] > 10.0 and excess["joint"] > 3.0 * excess["given"], excess
+    # the monitor's own reference is the conditional potential's (a monitor watching the joint one again, whose
+    # climb stays under its 30 sds on some CPUs, would fail here)
+    _, ref_mean, ref_sd = first.divergence_state_["reference"]
+    np.testing.assert_allclose([ref_mean[0], ref_sd[0]], [reference["given"][0], reference["given"][1]], rtol=1e-6)
+    assert not np.isclose(reference["joint"][0], ref_mean[0], rtol=1e-2)  # (the terms: 15 % of it here)
+    assert excess["given"] < 30.0  # below the monitor's limit at every step (it needs 10 steps above it in a row)
+    assert excess["joint"] > 5.0 and excess["joint"] > 3.0 * excess["given"], excess
 
 
 def test_the_divergence_reference_counts_each_members_finite_potentials_only(iris):
