@@ -989,6 +989,14 @@ def spawn(cmd, env, timeout) -> tuple[list, str | None]:
     return [], f"exit {proc.returncode}:\n{tail}"
 
 
+def _progress_figure(rec: dict) -> str:
+    """A worker's record as the parent's progress line shows it ("" for a record without a figure)."""
+    if "step_s" in rec:
+        flag = "" if rec.get("finite", True) else " NON-FINITE"
+        return f"{rec.get('sampler', '')} x{rec.get('chains', '')} {rec['step_s'] * 1e6:.0f} µs{flag}"
+    return f"fit {rec['fit_s']:.2f} s" if "fit_s" in rec else ""
+
+
 def run_parent(args) -> dict:
     env = dict(os.environ)
     env.update(thread_env(args.threads, args.device))
@@ -1010,10 +1018,7 @@ def run_parent(args) -> dict:
                 failures.append(f"round {r + 1} {what}: {error}")
                 print(f"  round {r + 1}/{args.rounds} {what}: FAILED ({error.splitlines()[0]})", flush=True)
             else:  # the figures too, so that a run stopped at a time limit still shows what it measured
-                got = " ".join(f"{rec.get('sampler', '')} x{rec.get('chains', '')} {rec['step_s'] * 1e6:.0f} µs"
-                               + ("" if rec.get("finite", True) else " NON-FINITE")
-                               if "step_s" in rec else f"fit {rec['fit_s']:.2f} s"
-                               for rec in out if "step_s" in rec or "fit_s" in rec)
+                got = " ".join(filter(None, map(_progress_figure, out)))
                 print(f"  round {r + 1}/{args.rounds} {what}: {time.perf_counter() - t0:.0f} s"
                       + (f" ({got})" if got else ""), flush=True)
     return {"records": records, "failures": failures, "wall_s": time.perf_counter() - t_start}
