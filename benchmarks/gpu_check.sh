@@ -3,9 +3,9 @@
 #
 #   bash benchmarks/gpu_check.sh tests    # the CUDA tests
 #   bash benchmarks/gpu_check.sh fit      # the README's default fit (bundled breast cancer) on cuda and on the cpu
-#   bash benchmarks/gpu_check.sh peers    # one sghmc step of the 784-100-10 MLP: ours (eager, compiled with
-#                                         # CUDA graphs; the estimator's step eager and with CUDA graphs), the
-#                                         # torch loop, posteriors and BlackJAX on the GPU
+#   bash benchmarks/gpu_check.sh peers    # one sghmc step of the 784-100-10 MLP: ours eager and with CUDA
+#                                         # graphs, bare and inside a fit (three alternating rounds); the kernel
+#                                         # against the torch loop, posteriors and BlackJAX on the GPU
 #   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
 #   bash benchmarks/gpu_check.sh rnn      # the defaults panel's recurrent rows (MNIST-1D, Mackey-Glass) on the GPU
 #   bash benchmarks/gpu_check.sh diag     # where an estimator's step goes: reads that wait for the GPU, a profile
@@ -71,18 +71,21 @@ fit)
     done
     ;;
 peers)
-    # sampler steps against the torch loop, posteriors and BlackJAX (jax on the GPU when it sees one); one round,
-    # each worker times 5 blocks of 100 steps after 20 warm-up steps
-    common=(--device cuda --workloads mlp784 --samplers sghmc --rounds 1 --steps 100 --repeats 5 --warmup 20 --no-fit)
-    # (the compiled step in torch's default mode is left out: its worker took 48 s at the fourth lease, and on a
-    # GPU the mode meant to pay is CUDA graphs, timed next)
-    step peers 170 $PY benchmarks/peers.py "${common[@]}" --impls ours-kernel ours-estimator torch-loop \
-        posteriors blackjax --output "$OUT/peers.json"
+    # sampler steps of the 784-100-10 MLP on the GPU. First eager against CUDA graphs, bare and inside a fit, the
+    # four alternating over three rounds (whether the graphs pay was left open at the fourth lease: one round
+    # each, and two machines); then the kernel against the torch loop, posteriors and BlackJAX (jax on the GPU when
+    # it sees one), one round. Each worker times 5 blocks of 100 steps after 20 warm-up steps; an estimator fit
+    # runs two epochs of 30,000 rows, the first one its warm-up
+    common=(--device cuda --workloads mlp784 --samplers sghmc --steps 100 --repeats 5 --warmup 20 --no-fit
+            --estimator-epochs 2 --n-data 30000)
+    step peers_graphs 300 $PY benchmarks/peers.py "${common[@]}" --rounds 3 --impls ours-kernel ours-compiled \
+        ours-estimator ours-estimator-compiled --compile-mode reduce-overhead --output "$OUT/peers_graphs.json"
+    grep "^  round" "$OUT/peers_graphs.log"
+    grep -A12 "Seconds per sampler step" "$OUT/peers_graphs.log"
+    step peers 150 $PY benchmarks/peers.py "${common[@]}" --rounds 1 --impls ours-kernel torch-loop posteriors \
+        blackjax --output "$OUT/peers.json"
     grep "^  round" "$OUT/peers.log"
     grep -A12 "Seconds per sampler step" "$OUT/peers.log"
-    step peers_graphs 90 $PY benchmarks/peers.py "${common[@]}" --impls ours-compiled ours-estimator \
-        --compile-mode reduce-overhead --output "$OUT/peers_graphs.json"
-    grep -A6 "Seconds per sampler step" "$OUT/peers_graphs.log"
     ;;
 bench)
     # prediction and the chain axis first: short; the panel last (the longest)

@@ -32,8 +32,7 @@ ours-compiled
     The same kernel with its frozen step compiled whole by ``torch.compile``
     (``bayesnet.samplers.compiled.CompiledTransition``; sgld, sghmc and sgnht),
     compiled in the first call, before the timed blocks. ``--compile-mode
-    reduce-overhead`` compiles it with CUDA graphs on a GPU (and ``ours-estimator``
-    then fits with ``compile=True`` in that mode).
+    reduce-overhead`` compiles it with CUDA graphs on a GPU.
 ours-estimator
     ``BayesianMLPClassifier(..., n_chains=C).fit(X, y)`` on the N rows. This
     is seconds per sampler step inside the fit: the median over epochs of
@@ -42,6 +41,11 @@ ours-estimator
     separately as ``setup``. The estimator draws its own shuffled mini-batches,
     so batch preparation is part of its step. The other implementations cycle
     through 8 ready-made batches.
+ours-estimator-compiled
+    The same fit with ``compile=True`` (and ``compile__mode`` from
+    ``--compile-mode``), so that eager and compiled steps, bare and inside a
+    fit, alternate in one run. With the explicit step size there is no
+    warm-up: the step compiles in the first epoch, which the median leaves out.
 torch-loop
     The same update written by hand with ``torch.autograd.grad`` and
     ``torch._foreach_*``: ``HandWrittenLoop`` of ``step_overhead.py``. One
@@ -182,10 +186,11 @@ POOL = 8  # ready-made mini-batches the kernel-level implementations cycle throu
 FRICTION = 0.05  # sghmc
 NOISE = 0.05  # sgnht: injected noise and initial thermostat
 SAMPLERS = ("sgld", "sghmc", "sgnht")
-IMPLS = ("ours-kernel", "ours-compiled", "ours-estimator", "torch-loop", "posteriors", "blackjax")
+IMPLS = ("ours-kernel", "ours-compiled", "ours-estimator", "ours-estimator-compiled", "torch-loop", "posteriors",
+         "blackjax")
 FITS = ("fit-bayesnet", "fit-sklearn")
 JSON_TAG = "PEERS_JSON "
-COMPILE_MODE = None  # torch.compile's mode for ours-compiled (--compile-mode; None: its default)
+COMPILE_MODE = None  # torch.compile's mode for ours-compiled and ours-estimator-compiled (--compile-mode; None: default)
 
 
 @dataclass(frozen=True)
@@ -415,8 +420,10 @@ def ours_kernel_step_fn(sampler: str, hyper: dict, potential, n_chains: int, see
 
 
 def ours_estimator_fn(sampler: str, hyper: dict, workload: Workload, n_chains: int, X, y, n_epochs: int,
-                      device: str, seed: int, clock) -> dict:
+                      device: str, seed: int, clock, compiled: bool = False) -> dict:
     """Today's API: one ``BayesianMLPClassifier.fit`` of ``n_epochs`` epochs.
+
+    ``compiled``: fit with ``compile=True`` (in ``COMPILE_MODE`` when set).
 
     Returns ``{"epoch_s": [seconds per epoch], "epoch_steps": [steps per
     epoch], "total_s": fit seconds}``. The epochs are timed with ``clock``
@@ -448,9 +455,9 @@ def ours_estimator_fn(sampler: str, hyper: dict, workload: Workload, n_chains: i
         n_chains=n_chains, max_epochs=n_epochs, burn_in=steps - n_draws * thinning, n_draws=n_draws,
         thinning=thinning, prior_scale=PRIOR_SCALE, device=device, random_state=seed,
         callbacks=[("epoch_clock", timer)], **{f"sampler__{k}": v for k, v in hyper.items()},
-        # --compile-mode: the frozen step compiled in that mode, as for ours-compiled (with the explicit step size
-        # there is no warm-up: it compiles in the first epoch, which the median leaves out)
-        **({"compile": True, "compile__mode": COMPILE_MODE} if COMPILE_MODE else {}))
+        # compiled: the frozen step compiled (in --compile-mode's mode, as for ours-compiled); with the explicit
+        # step size there is no warm-up: it compiles in the first epoch, which the median leaves out
+        **({"compile": True, **({"compile__mode": COMPILE_MODE} if COMPILE_MODE else {})} if compiled else {}))
     t0 = clock()
     est.fit(X, y)
     total = clock() - t0
@@ -917,11 +924,11 @@ def run_worker(args) -> list:
             rec = {"impl": args.worker, "workload": workload.name, "chains": chains, "sampler": sampler,
                    "device": args.device, "threads": args.threads, "clock": args.clock}
             try:
-                if args.worker == "ours-estimator":
+                if args.worker in ("ours-estimator", "ours-estimator-compiled"):
                     if data is None:
                         data = make_data(workload, args.n_data)
                     out = ours_estimator_fn(sampler, hyper, workload, chains, *data, args.estimator_epochs,
-                                            args.device, 0, clock)
+                                            args.device, 0, clock, compiled=args.worker.endswith("compiled"))
                     per_step = [s / n for s, n in zip(out["epoch_s"], out["epoch_steps"]) if n]
                     timed = per_step[1:] or per_step  # the first epoch is the warm-up
                     step = statistics.median(timed)
@@ -1057,7 +1064,9 @@ def summarise(records) -> tuple[list, list]:
 RATIOS = (("ours-kernel", "blackjax", "kernel/blackjax"), ("ours-compiled", "blackjax", "compiled/blackjax"),
           ("ours-compiled", "ours-kernel", "compiled/kernel"), ("ours-kernel", "posteriors", "kernel/posteriors"),
           ("ours-kernel", "torch-loop", "kernel/torch-loop"), ("ours-estimator", "ours-kernel", "estimator/kernel"),
-          ("ours-estimator", "blackjax", "estimator/blackjax"))
+          ("ours-estimator", "blackjax", "estimator/blackjax"),
+          ("ours-estimator-compiled", "ours-estimator", "est-compiled/estimator"),
+          ("ours-estimator-compiled", "ours-compiled", "est-compiled/compiled"))
 
 
 def ratio_rows(rows) -> list:
@@ -1262,8 +1271,8 @@ def parse_args(argv=None):
     ap.add_argument("--clock", choices=["wall", "process"], default="wall",
                     help="wall (default) or process CPU time (busy machine, with --threads 1)")
     ap.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
-                    help="torch.compile's mode for ours-compiled, and compile=True in that mode for ours-estimator "
-                         "(reduce-overhead: CUDA graphs on a GPU)")
+                    help="torch.compile's mode for ours-compiled and ours-estimator-compiled (reduce-overhead: CUDA "
+                         "graphs on a GPU)")
     ap.add_argument("--no-fit", dest="fit", action="store_false", help="skip the default-fit comparison")
     ap.add_argument("--quick", action="store_true",
                     help="2 rounds, N=4096, 20-step blocks x 3, 2 estimator epochs: to validate, not to measure")
