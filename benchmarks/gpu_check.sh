@@ -11,10 +11,9 @@
 #   bash benchmarks/gpu_check.sh diag     # where an estimator's step goes: reads that wait for the GPU, a profile
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
-# Run it from the repository's root. Each step has its own time limit (tests, fit, peers and bench together fit
-# in one 10-minute device call only because most steps end well inside their limits, which add up to more: 7.3
-# minutes at the second lease, 9 at the fourth, on a slower machine with two steps cut at their limits; rnn and
-# diag each want a call of their own), and a step
+# Run it from the repository's root. Each step has its own time limit (tests and peers fill one 10-minute device
+# call: 7.5 minutes at the fifth lease, the graphs step cut at its 300-s limit after 11 of its 12 workers; fit
+# and bench fit in another, as do rnn and diag each), and a step
 # that fails or runs out of time does not stop the next one; the script exits 1 naming them. The tests phase
 # uses pytest-xdist (in the GPU image; not among the wheels).
 # Logs go to $OUT (or ./gpu-logs when OUT is unset). Packages the machine lacks (skorch; posteriors and
