@@ -174,6 +174,31 @@ def test_gibbs_without_the_changes_draws_the_same_precisions_and_only_caching_ke
     assert asked == [("sghmc", False), ("baoab", True)]
 
 
+def test_a_caching_kernel_recomputes_after_a_gibbs_step_whose_prior_reports_no_change():
+    """A custom prior whose ``gibbs_update`` returns ``(None, None)`` even when asked for the change: a kernel that
+    caches the potential or its gradient (baoab, eqn, pt-langevin) drops its cache and evaluates the potential
+    anew, so its chain is the one it runs with a prior that reports the change (up to the rounding of the
+    cached update), where it used to fail inside ``potential_changed``."""
+
+    class Silent(_PriorOnly):
+        def gibbs_update(self, rng, changes=True):
+            super().gibbs_update(rng, changes)
+            return None, None
+
+    final = {}
+    for name, options in (("baoab", {}), ("eqn", {"n_walkers": 2}), ("pt-langevin", {"n_replicas": 2})):
+        for cls in (_PriorOnly, Silent):
+            pot = cls(HierarchicalPrior(bias_scale=1.0), 4, 3, gibbs_interval=1)  # two chains of two members
+            sampler = make_sampler(name, step_size=0.05, **options)
+            chains = 4 if name == "baoab" else 2
+            state = sampler.init(pot.parameters, ChainRandom(5, chains), n_chains=chains)
+            for _ in range(20):
+                state, _ = sampler.step(state, pot, None)
+            final[name, cls] = pot.parameters[0].detach().clone()
+            assert torch.isfinite(final[name, cls]).all()
+        torch.testing.assert_close(final[name, Silent], final[name, _PriorOnly], rtol=1e-6, atol=1e-8)
+
+
 class _PriorOnly:
     """The potential ``-log p(theta, tau)`` of a hierarchical prior alone (no data), with its Gibbs step."""
 

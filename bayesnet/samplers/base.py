@@ -605,7 +605,11 @@ class Sampler(BaseEstimator):
             caches = type(self).potential_changed is not Sampler.potential_changed
             change = potential.gibbs_update(state.rng, changes=caches)
             if change is not None:
-                if caches:
+                if caches and any(part is None for part in change):
+                    # a custom prior that does not report its change: the kernel forgets what it cached and
+                    # evaluates the potential anew at its next step (one more gradient, the same chain)
+                    self.reset_cache(state)
+                elif caches:
                     self.potential_changed(state, *change)
                 if _warmup.scale_moves(self, state, potential):  # the warm-up's: positions moved
                     self.reset_cache(state)
