@@ -500,7 +500,9 @@ class ChainPosterior:
         -------
         (delta_value, delta_grad) or None
             The change of every member's potential, shape ``(S,)``, and of its gradient, one tensor per
-            parameter (zeros for the likelihood's), for samplers that cache them.
+            parameter (zeros for the likelihood's), for samplers that cache them; ``(None, None)`` when not asked
+            for or when the prior's ``gibbs_update`` reports none (returns None, or None for either part: a
+            caching sampler then evaluates its potential anew); None for a prior without ``gibbs_update``.
         """
         update = getattr(self.prior, "gibbs_update", None)
         if update is None:
@@ -508,10 +510,10 @@ class ChainPosterior:
         net = self.network_parameters
         # (a prior whose gibbs_update predates the keyword is called as before; its change is then not used)
         change = update(net, rng, changes=False) if not changes and _takes_changes(update) else update(net, rng)
-        if change is None:
-            return None
-        delta_value, delta_grad = change
-        if delta_value is None or not changes:
+        # a prior that reports no change (None, or None for a part) has still moved its hyperparameters: (None,
+        # None) makes a kernel that caches the potential or gradient evaluate it anew (Sampler.gibbs_step)
+        delta_value, delta_grad = (None, None) if change is None else change
+        if delta_value is None or delta_grad is None or not changes:
             return None, None
         rest = [torch.zeros_like(p) for p in self.parameters[len(self.net_names):]]
         return delta_value, list(delta_grad) + rest

@@ -607,7 +607,8 @@ class Sampler(BaseEstimator):
             if change is not None:
                 if caches and any(part is None for part in change):
                     # a custom prior that does not report its change: the kernel forgets what it cached and
-                    # evaluates the potential anew at its next step (one more gradient, the same chain)
+                    # evaluates the potential anew at its next step (one more gradient; with mini-batches on that
+                    # step's batch, a valid chain, not bit for bit the one the reported change gives)
                     self.reset_cache(state)
                 elif caches:
                     self.potential_changed(state, *change)
