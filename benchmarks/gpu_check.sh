@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_check.sh tests    # the CUDA tests
 #   bash benchmarks/gpu_check.sh fit      # the README's default fit (bundled breast cancer) on cuda and on the cpu
 #   bash benchmarks/gpu_check.sh peers    # one sghmc step of the 784-100-10 MLP: ours eager and with CUDA
-#                                         # graphs, bare and inside a fit (three alternating rounds); the kernel
+#                                         # graphs, bare and inside a fit (two alternating rounds); the kernel
 #                                         # against the torch loop, posteriors and BlackJAX on the GPU
 #   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
 #   bash benchmarks/gpu_check.sh rnn      # the defaults panel's recurrent rows (MNIST-1D, Mackey-Glass) on the GPU
@@ -12,8 +12,8 @@
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
 # Run it from the repository's root. Each step has its own time limit (tests and peers fill one 10-minute device
-# call: 7.5 minutes at the fifth lease, the graphs step cut at its 300-s limit after 11 of its 12 workers; fit
-# and bench fit in another, as do rnn and diag each), and a step
+# call: their limits add up to 8.5 minutes; at the fifth lease the graphs step, then three rounds, was cut at its
+# 300-s limit after 11 of its 12 workers; fit and bench fit in another call, as do rnn and diag each), and a step
 # that fails or runs out of time does not stop the next one; the script exits 1 naming them. The tests phase
 # uses pytest-xdist (in the GPU image; not among the wheels).
 # Logs go to $OUT (or ./gpu-logs when OUT is unset). Packages the machine lacks (skorch; posteriors and
@@ -71,13 +71,13 @@ fit)
     ;;
 peers)
     # sampler steps of the 784-100-10 MLP on the GPU. First eager against CUDA graphs, bare and inside a fit, the
-    # four alternating over three rounds (whether the graphs pay was left open at the fourth lease: one round
-    # each, and two machines); then the kernel against the torch loop, posteriors and BlackJAX (jax on the GPU when
+    # four alternating over two rounds (about 100 s each at the fifth lease, where three overran 300 s; one
+    # round each at the fourth left open whether the graphs pay); then the kernel against the torch loop, posteriors and BlackJAX (jax on the GPU when
     # it sees one), one round. Each worker times 5 blocks of 100 steps after 20 warm-up steps; an estimator fit
     # runs two epochs of 30,000 rows, the first one its warm-up
     common=(--device cuda --workloads mlp784 --samplers sghmc --steps 100 --repeats 5 --warmup 20 --no-fit
             --estimator-epochs 2 --n-data 30000)
-    step peers_graphs 300 $PY benchmarks/peers.py "${common[@]}" --rounds 3 --impls ours-kernel ours-compiled \
+    step peers_graphs 270 $PY benchmarks/peers.py "${common[@]}" --rounds 2 --impls ours-kernel ours-compiled \
         ours-estimator ours-estimator-compiled --compile-mode reduce-overhead --output "$OUT/peers_graphs.json"
     grep "^  round" "$OUT/peers_graphs.log"
     grep -A12 "Seconds per sampler step" "$OUT/peers_graphs.log"
