@@ -2,8 +2,13 @@ import os
 import sys
 
 import torch
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.dirname(__file__))
 # Small tensors: one intra-op thread avoids OpenMP spin-waiting, which costs
-# orders of magnitude when another process shares the two cores.
+# orders of magnitude when another process shares the two cores (and the suite
+# runs one test process per core: pytest-xdist's -n logical). numpy's BLAS
+# likewise (scikit-learn's checks and the baselines), through threadpoolctl
+# (a scikit-learn dependency).
 torch.set_num_threads(1)
+threadpool_limits(1, user_api="blas")
