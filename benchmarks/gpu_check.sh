@@ -58,7 +58,7 @@ tests)
     # every test that needs CUDA, and the CPU-side tests of the device handling beside them
     step cuda_tests 90 $PY -m pytest -q -p no:cacheprovider -rfEs -n 8 -k "cuda or device" \
         tests/test_architectures.py tests/test_estimators.py tests/test_io.py tests/test_pt_langevin.py \
-        tests/test_chains.py tests/test_cli.py tests/test_faults.py
+        tests/test_chains.py tests/test_cli.py tests/test_faults.py tests/test_compiled.py
     tail -25 "$OUT/cuda_tests.log"
     ;;
 fit)

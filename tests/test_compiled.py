@@ -52,6 +52,30 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
     np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-3)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_the_compiled_transition_gives_the_eager_draws_on_cuda(cancer, mode):
+    """On a GPU, in torch's default mode and with CUDA graphs (``reduce-overhead``, whose outputs the next replay
+    overwrites: the kernel must copy them out, never keep them): the compiled fit retraces the eager one's
+    draws, and its statistics (the trace's potentials, read from the graph's outputs) are the eager fit's. The
+    tolerances are the CPU test's, ten times wider: the GPU's kernels differ between the two paths (cuBLAS
+    against generated code), and the differences grow along a chain as on the CPU."""
+    X, y = cancer
+    params = dict(hidden_layer_sizes=(8,), sampler="sghmc", burn_in=100, n_draws=40, n_chains=2, batch_size=64,
+                  random_state=0, device="cuda")
+    eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
+    fast = _fit(BayesianMLPClassifier(compile=True, compile__mode=mode, **params), X, y)
+    assert fast.compiled_step_.fallback is None, fast.compiled_step_.fallback
+    assert fast.fit_status_["compiled"] == "compiled"
+    a, b = eager.trace_.as_array(), fast.trace_.as_array()
+    assert np.isfinite(b).all()
+    assert np.abs(a - b)[:, :5].max() <= 1e-4 * np.abs(a).max()
+    assert np.abs(a - b).max() <= 1e-2 * np.abs(a).max()
+    ua, ub = (est.trace_.stat("potential") for est in (eager, fast))
+    np.testing.assert_allclose(ub, ua, rtol=1e-3)
+    np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-2)
+
+
 #: every sampler that declares a pure transition, with each of its step compositions
 PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme": "BAOAB"}),
         ("baoab", {"sampler__scheme": "GLA2"}), ("baoab", {"sampler__scheme": "GLA1"}),
