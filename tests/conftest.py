@@ -1,8 +1,13 @@
 import os
 import sys
 
-import torch
-from threadpoolctl import threadpool_limits
+# numpy's and scipy's BLAS at one thread (comment below): set before either loads its OpenBLAS; threadpoolctl then
+# limits the one already loaded, whichever it is
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 # Small tensors: one intra-op thread avoids OpenMP spin-waiting, which costs

@@ -56,16 +56,21 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_the_compiled_transition_gives_the_eager_draws_on_cuda(cancer, mode):
     """On a GPU, in torch's default mode and with CUDA graphs (``reduce-overhead``, whose outputs the next replay
-    overwrites: the kernel must copy them out, never keep them): the compiled fit retraces the eager one's
-    draws, and its statistics (the trace's potentials, read from the graph's outputs) are the eager fit's. The
+    overwrites: the kernel must copy them out, never keep them; and no graph may be skipped): the compiled fit
+    retraces the eager one's draws, and its statistics (the trace's potentials, read from the graph's outputs) are the eager fit's. The
     tolerances are the CPU test's, ten times wider: the GPU's kernels differ between the two paths (cuBLAS
     against generated code), and the differences grow along a chain as on the CPU."""
     X, y = cancer
     params = dict(hidden_layer_sizes=(8,), sampler="sghmc", burn_in=100, n_draws=40, n_chains=2, batch_size=64,
                   random_state=0, device="cuda")
+    from torch._dynamo.utils import counters
+
     eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
+    counters.clear()
     fast = _fit(BayesianMLPClassifier(compile=True, compile__mode=mode, **params), X, y)
     assert fast.compiled_step_.fallback is None, fast.compiled_step_.fallback
+    # (power for the graphs: Inductor skips them silently for a CPU input or a mutated one, and counts the skip)
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
     assert fast.fit_status_["compiled"] == "compiled"
     a, b = eager.trace_.as_array(), fast.trace_.as_array()
     assert np.isfinite(b).all()

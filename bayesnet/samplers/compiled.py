@@ -51,8 +51,10 @@ __all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "comp
 #: repays after 10,000-50,000 steps); 20,000 was the threshold then. Since the MLP's written-out gradient
 #: (2026-11-26) the eager estimator step has caught up on the CPU: the whole fit's step of the 30-16-2 MLP 0.304 ms
 #: eager against 0.347 compiled (one chain), 0.556 against 0.554 (16 chains), and a 784-100-10 fit's 1.96-2.05 ms
-#: against 1.90-2.22. A default fit's draws span its burn-in (up to 20,000 steps, from 12,673 rows on), where a
-#: compilation would now cost 3-9 s and save nothing: the threshold is above that.
+#: against 1.90-2.22 (Intel CPUs). On a 2-core AMD EPYC without AVX-512 (2026-11-27) the fit's compiled step was
+#: 0.82-0.95x the eager one and repaid its compilation (5.7 s) after about 47,000 steps. A default fit's draws span
+#: its burn-in (up to 20,000 steps, from 12,673 rows on), where a compilation would now cost 3-9 s and save
+#: little or nothing: the threshold is above that.
 COMPILE_MIN_STEPS = 50_000
 
 
