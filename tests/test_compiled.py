@@ -78,6 +78,13 @@ def test_the_compiled_transition_gives_the_eager_draws_on_cuda(cancer, mode):
     assert np.abs(a - b).max() <= 1e-2 * np.abs(a).max()
     ua, ub = (est.trace_.stat("potential") for est in (eager, fast))
     np.testing.assert_allclose(ub, ua, rtol=1e-3)
+    # every compiled step's statistics, not only the stored draws' (the ring buffer holds the last steps)
+    (steps_a, fa), (steps_b, fb) = (est.step_stats_.per_step() for est in (eager, fast))
+    np.testing.assert_array_equal(steps_b, steps_a)
+    after = steps_a > 100  # the compiled steps (the warm-up's are eager in both fits)
+    assert after.sum() >= 100
+    for name in ("potential", "kinetic_temperature"):
+        np.testing.assert_allclose(fb[name][:, after], fa[name][:, after], rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-2)
 
 
