@@ -72,9 +72,9 @@ fit)
 peers)
     # sampler steps of the 784-100-10 MLP on the GPU. First eager against CUDA graphs, bare and inside a fit, the
     # four alternating over two rounds (about 100 s each at the fifth lease, where three overran 300 s; one
-    # round each at the fourth left open whether the graphs pay); then the kernel against the torch loop, posteriors and BlackJAX (jax on the GPU when
-    # it sees one), one round. Each worker times 5 blocks of 100 steps after 20 warm-up steps; an estimator fit
-    # runs two epochs of 30,000 rows, the first one its warm-up
+    # round each at the fourth left open whether the graphs pay); then the kernel against the torch loop,
+    # posteriors and BlackJAX (jax on the GPU when it sees one), one round. Each worker times 5 blocks of 100
+    # steps after 20 warm-up steps; an estimator fit runs two epochs of 30,000 rows, the first one its warm-up
     common=(--device cuda --workloads mlp784 --samplers sghmc --steps 100 --repeats 5 --warmup 20 --no-fit
             --estimator-epochs 2 --n-data 30000)
     step peers_graphs 270 $PY benchmarks/peers.py "${common[@]}" --rounds 2 --impls ours-kernel ours-compiled \

@@ -190,7 +190,8 @@ IMPLS = ("ours-kernel", "ours-compiled", "ours-estimator", "ours-estimator-compi
          "blackjax")
 FITS = ("fit-bayesnet", "fit-sklearn")
 JSON_TAG = "PEERS_JSON "
-COMPILE_MODE = None  # torch.compile's mode for ours-compiled and ours-estimator-compiled (--compile-mode; None: default)
+COMPILE_MODE = None  # torch.compile's mode for ours-compiled and ours-estimator-compiled (--compile-mode; None: its
+# default)
 
 
 @dataclass(frozen=True)
@@ -450,14 +451,16 @@ def ours_estimator_fn(sampler: str, hyper: dict, workload: Workload, n_chains: i
     thinning = 10
     n_draws = max(1, steps // (2 * thinning))
     timer = EpochClock()
+    # compiled: the frozen step compiled (in --compile-mode's mode, as for ours-compiled); with the explicit step
+    # size there is no warm-up: it compiles in the first epoch, which the median leaves out
+    compile_options = {}
+    if compiled:
+        compile_options = {"compile": True, **({"compile__mode": COMPILE_MODE} if COMPILE_MODE else {})}
     est = BayesianMLPClassifier(
         hidden_layer_sizes=tuple(workload.sizes[1:-1]), sampler=sampler, batch_size=workload.batch,
         n_chains=n_chains, max_epochs=n_epochs, burn_in=steps - n_draws * thinning, n_draws=n_draws,
         thinning=thinning, prior_scale=PRIOR_SCALE, device=device, random_state=seed,
-        callbacks=[("epoch_clock", timer)], **{f"sampler__{k}": v for k, v in hyper.items()},
-        # compiled: the frozen step compiled (in --compile-mode's mode, as for ours-compiled); with the explicit
-        # step size there is no warm-up: it compiles in the first epoch, which the median leaves out
-        **({"compile": True, **({"compile__mode": COMPILE_MODE} if COMPILE_MODE else {})} if compiled else {}))
+        callbacks=[("epoch_clock", timer)], **{f"sampler__{k}": v for k, v in hyper.items()}, **compile_options)
     t0 = clock()
     est.fit(X, y)
     total = clock() - t0

@@ -57,14 +57,15 @@ def test_the_compiled_transition_gives_the_eager_draws(cancer, sampler):
 def test_the_compiled_transition_gives_the_eager_draws_on_cuda(cancer, mode):
     """On a GPU, in torch's default mode and with CUDA graphs (``reduce-overhead``, whose outputs the next replay
     overwrites: the kernel must copy them out, never keep them; and no graph may be skipped): the compiled fit
-    retraces the eager one's draws, and its statistics (the trace's potentials, read from the graph's outputs) are the eager fit's. The
+    retraces the eager one's draws, and its statistics (read from the graph's outputs: the trace's potentials
+    at the draws, every compiled step's potential and kinetic temperature) are the eager fit's. The draws'
     tolerances are the CPU test's, ten times wider: the GPU's kernels differ between the two paths (cuBLAS
     against generated code), and the differences grow along a chain as on the CPU."""
+    from torch._dynamo.utils import counters
+
     X, y = cancer
     params = dict(hidden_layer_sizes=(8,), sampler="sghmc", burn_in=100, n_draws=40, n_chains=2, batch_size=64,
                   random_state=0, device="cuda")
-    from torch._dynamo.utils import counters
-
     eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
     counters.clear()
     fast = _fit(BayesianMLPClassifier(compile=True, compile__mode=mode, **params), X, y)
