@@ -36,7 +36,7 @@ _ESTIMATOR_FITTED = ("n_features_in_", "feature_names_in_", "input_shape_", "inp
 _TRACE_ARRAYS = ("_steps", "_stored", "_next", "n_candidates", "kept_per_slot", "discarded_per_slot", "active")
 # parameters that hold runtime objects and are not written (their defaults come back on load)
 _RUNTIME_PARAMS = {"callbacks", "iterator_train", "iterator_valid", "module", "criterion", "optimizer", "dataset",
-                   "train_split", "predict_nonlinearity", "compile", "use_caching", "torch_load_kwargs"}
+                   "train_split", "predict_nonlinearity", "use_caching", "torch_load_kwargs"}
 
 
 def _estimator_classes() -> dict:

@@ -177,6 +177,21 @@ def test_a_fit_that_max_epochs_cut_short_is_an_error_or_a_partial_model(tmp_path
     assert "is a partial fit (short: 2 of 5 draws per chain" in capsys.readouterr().err
 
 
+def test_set_reaches_the_documented_parameters_taken_through_keywords(tmp_path, capsys, good_csv):
+    """Before: ``--set compile=False`` was refused ("no parameter 'compile' that the command line can set"): the
+    settable names were the constructor's named parameters, and ``compile`` comes through skorch's keywords."""
+    model = str(tmp_path / "m.bayesnet")
+    assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "compile=False",
+                 "--output", model]) == 0
+    capsys.readouterr()
+    loaded = bayesnet.load(model)  # (the command line's model: a pipeline ending in the estimator, or the estimator)
+    assert (loaded[-1] if hasattr(loaded, "steps") else loaded).get_params()["compile"] is False
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "compile='sometimes'"])
+    assert exit_info.value.code == 2
+    assert "--set compile must be" in capsys.readouterr().err
+
+
 def test_bad_network_setting_found_when_the_network_is_built(tmp_path, capsys, good_csv):
     assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "hidden_layer_sizes=(0,)",
                  "--output", ""]) == 2

@@ -139,6 +139,23 @@ def test_a_sampler_instances_settings_are_saved(tmp_path, given):
         loaded.get_step_stats()
 
 
+@pytest.mark.parametrize("compile", [False, True, "auto"])
+def test_the_compile_setting_is_saved(tmp_path, compile):
+    """Before: ``compile`` was taken for skorch's runtime option and a model fitted with ``compile=True`` or
+    ``False`` (plain data, documented) refused to save ("cannot save ... safely"); ``compile__*`` options were
+    saved. Both now come back as they were set."""
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((4,), n_draws=3, burn_in=20, random_state=0, compile=False).fit(X, y)
+    est.set_params(compile=compile, compile__mode="reduce-overhead")  # (as set for a continued fit)
+    est.save(tmp_path / "m.bayesnet")
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    assert loaded.get_params()["compile"] == compile and type(loaded.get_params()["compile"]) is type(compile)
+    assert loaded.get_params()["compile__mode"] == "reduce-overhead"
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+
+
 @pytest.mark.parametrize("dtype", ["U", "O"])
 def test_string_labels_keep_their_dtype(tmp_path, dtype):
     """Before: NumPy string labels (<U3) came back as objects in classes_ and predict."""

@@ -318,9 +318,10 @@ def main(argv=None) -> int:
     Returns
     -------
     int
-        The exit code: 0 on success; 2 for bad input (argparse exits with ``SystemExit(2)`` itself for bad
-        options; bad files and data print one line ``error: ...``); 3 when the fit diverged; 130 when it was
-        interrupted (Ctrl-C). A diverged or interrupted fit still saves the draws collected before it, marked
+        The exit code: 0 on success; 1 when the model file cannot be written; 2 for bad input (argparse exits
+        with ``SystemExit(2)`` itself for bad options; bad files and data print one line ``error: ...``); 3 when
+        the fit diverged; 130 when it was interrupted (Ctrl-C); 141 when the reader of standard output went away
+        (a broken pipe). A diverged or interrupted fit still saves the draws collected before it, marked
         partial.
     """
     args = build_parser().parse_args(argv)

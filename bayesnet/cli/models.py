@@ -117,7 +117,10 @@ def _fit_settings(args) -> dict:
     if not isinstance(sampler, str) or sampler not in available_samplers():
         error(f"--set sampler={sampler}: unknown sampler; choose from {', '.join(available_samplers())}")
     hyper = get_sampler_class(sampler).hyperparameter_names()
+    # (the constructor's named parameters, and those it takes through skorch's **kwargs but validates and
+    # documents, such as compile)
     documented = [name for name in inspect.signature(cls.__init__).parameters if name not in ("self", "kwargs")]
+    documented += [name for name in cls._parameter_constraints if name not in documented]
     settable = [name for name in cls().get_params(deep=False) if name in documented]
     for key, spelled in given.items():
         if key.startswith("sampler__"):

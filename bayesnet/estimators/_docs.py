@@ -41,7 +41,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         so the kept draws come from one fixed kernel. Below 200 steps the
         warm-up cannot settle and a ``ConvergenceWarning`` says so. An
         explicit ``sampler__step_size`` is used as given (no mass matrix
-        unless ``sampler__preconditioner`` asks for one).
+        unless ``sampler__preconditioner`` asks for one), except by
+        ``hmc`` and ``pt-langevin``, which tune it from there on their
+        acceptance rate during the burn-in (``sampler__adaptation_steps=0``
+        keeps it fixed).
     thinning : int or "auto", default="auto"
         Keep every ``thinning``-th candidate step after burn-in (every step
         is a candidate, except for tacthmc, which offers only the steps at
