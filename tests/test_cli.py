@@ -322,6 +322,35 @@ def test_predict_refuses_a_pickle_without_allow_pickle_and_runs_no_code(tmp_path
     assert "not a bayesnet model file" in capsys.readouterr().err
 
 
+def test_predict_reads_a_model_whose_header_length_spells_a_pickle_magic(tmp_path, capsys, fitted):
+    """Before: a model file is safetensors, whose first 8 bytes are its header's length; a header of 24,184 bytes
+    starts ``x^`` (zlib's magic), and predict refused such a file written by fit as "a joblib (pickle) file". The
+    header's size follows the feature names, so wide data sets met it."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    model, data = fitted
+    capsys.readouterr()
+    with safe_open(model, framework="pt") as f:
+        header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    target = 24184  # b"x^" little-endian
+    path = tmp_path / "wide.bayesnet"
+
+    def header_length(pad: int) -> int:
+        save_file(tensors, path, metadata={**header, "pad": " " * pad})
+        return int.from_bytes(path.read_bytes()[:8], "little")
+
+    start = target - header_length(0) - 16  # (each space adds a byte; the header is padded to 8 bytes)
+    for pad in range(start, start + 32):
+        if (length := header_length(pad)) >= target:
+            break
+    assert length == target and path.read_bytes()[:2] == b"x^"
+    assert main(["predict", str(path), "--data", data]) == 0
+    wide = capsys.readouterr().out
+    assert main(["predict", model, "--data", data]) == 0
+    assert capsys.readouterr().out == wide
+
+
 @pytest.mark.parametrize("content", [b"a,b,c\n1,2,3\n", b"", b"\x00\x01garbage"], ids=["csv", "empty", "binary"])
 def test_predict_on_a_file_that_is_not_a_model(tmp_path, capsys, good_csv, content):
     path = tmp_path / "not-a-model.joblib"

@@ -35,16 +35,30 @@ def save_model(path: str, model, meta: dict) -> None:
         raise CLIError(f"cannot write the model to {path}: {exc.strerror or exc}.", code=1) from None
 
 
+def _is_safetensors(path: str) -> bool:
+    """Whether ``path`` is laid out as a safetensors file: an 8-byte little-endian header length that fits the
+    file, then the JSON header's ``{``. Checked before the pickle magic: the header length's low bytes can spell
+    it (a header of 24,184 bytes starts ``x^``, zlib's), and a file ``bayesnet fit`` wrote was taken for a
+    pickle."""
+    with open(path, "rb") as fh:
+        head = fh.read(9)
+    if len(head) < 9:
+        return False
+    n = int.from_bytes(head[:8], "little")
+    return head[8:9] == b"{" and 8 + n <= os.path.getsize(path)
+
+
 def load_model(path: str, allow_pickle: bool = False):
     """Read ``(model, meta)`` from a file written by :func:`save_model` (no code runs while reading it); a
     joblib/pickle file of an earlier version only with ``allow_pickle``."""
     from ..io import load
 
     _check_input_file(path, "model file")
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-    if head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
-        return _load_pickle(path, allow_pickle)
+    if not _is_safetensors(path):
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        if head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
+            return _load_pickle(path, allow_pickle)
     try:
         model, meta = load(path, return_metadata=True)
     except ValueError as exc:
