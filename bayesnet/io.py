@@ -34,6 +34,8 @@ _ESTIMATOR_FITTED = ("n_features_in_", "feature_names_in_", "input_shape_", "inp
                      "n_outputs_", "classes_", "y_mean_", "y_scale_", "_y_is_1d", "n_train_", "diagnostics_",
                      "convergence_", "fit_status_")
 _TRACE_ARRAYS = ("_steps", "_stored", "_next", "n_candidates", "kept_per_slot", "discarded_per_slot", "active")
+#: the most memory a string array of a model file (class labels, feature names) may take in NumPy's form
+_MAX_STRING_BYTES = 2 ** 26
 # parameters that hold runtime objects and are not written (their defaults come back on load)
 _RUNTIME_PARAMS = {"callbacks", "iterator_train", "iterator_valid", "module", "criterion", "optimizer", "dataset",
                    "train_split", "predict_nonlinearity", "use_caching", "torch_load_kwargs"}
@@ -106,10 +108,21 @@ def _decode(v, tensors):
     if "__float__" in v:
         return float(v["__float__"])
     if "__strings__" in v:
+        strings = v["__strings__"]
+        if not (isinstance(strings, list) and strings and all(isinstance(x, str) for x in strings)):
+            raise ValueError("malformed model file: a string array that is not a list of strings.")
         if not v["shape"]:
-            return v["__strings__"][0]
-        # NumPy strings come back as NumPy strings (predict's labels keep their dtype), others as objects
-        return np.array(v["__strings__"], dtype=None if v.get("kind") == "U" else object).reshape(v["shape"])
+            return strings[0]
+        # NumPy strings come back as NumPy strings (predict's labels keep their dtype), others as objects. A
+        # NumPy string array takes rows x longest x 4 bytes: one long string among many short ones would make a
+        # small file allocate gigabytes
+        kind = "U" if v.get("kind") == "U" else "O"
+        longest = max(map(len, strings))
+        if kind == "U" and 4 * len(strings) * longest > _MAX_STRING_BYTES:
+            raise ValueError(f"malformed model file: a string array of {len(strings)} entries up to {longest} "
+                             "characters long (its NumPy form would take more than "
+                             f"{_MAX_STRING_BYTES // 2 ** 20} MiB).")
+        return np.array(strings, dtype=None if kind == "U" else object).reshape(v["shape"])
     if "__array__" in v:
         return tensors[v["__array__"]].numpy()
     raise ValueError(f"malformed value in the model file: {v!r}")
@@ -247,7 +260,11 @@ def _read(path):
     if int(header.get("version", 0)) > VERSION:
         raise ValueError(f"{os.fspath(path)} was written by a newer bayesnet (format version {header['version']}); "
                          "upgrade bayesnet to read it.")
-    return json.loads(header["spec"]), tensors
+    try:
+        return json.loads(header["spec"]), tensors
+    except (KeyError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its specification: "
+                         f"{type(exc).__name__}).") from None
 
 
 def _params_back(spec_params: dict, tensors) -> dict:
@@ -293,6 +310,93 @@ def _check_input_map(est) -> None:
     est.input_mean_, est.input_scale_ = mean.astype(np.float64), scale.astype(np.float64)
 
 
+def _count(value, name: str, low: int = 0) -> int:
+    """``value`` checked as an integer of at least ``low`` (not a bool), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"malformed model file: {name}={value!r} is not an integer >= {low}.")
+    return value
+
+
+def _check_outputs(est) -> None:
+    """What predictions read besides the draws, checked as data: a positive number of outputs; a classifier's
+    labels, one per output and distinct; a regressor's target map, finite, one entry per output, its scales
+    positive, and ``_y_is_1d`` only with one output. Raises ValueError otherwise (a crafted file gave silently
+    dropped classes or inverted intervals)."""
+    from sklearn.base import is_classifier
+
+    n = _count(getattr(est, "n_outputs_", None), "n_outputs_", 1)
+    if is_classifier(est):
+        classes = getattr(est, "classes_", None)
+        if not (isinstance(classes, np.ndarray) and classes.shape == (n,) and len(set(classes.tolist())) == n):
+            raise ValueError(f"malformed model file: classes_ must be {n} distinct labels (one per output), got "
+                             f"{classes!r}.")
+        return
+    for name in ("y_mean_", "y_scale_"):
+        value = getattr(est, name, None)
+        if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.shape == (n,)
+                and np.isfinite(value).all()):
+            raise ValueError(f"malformed model file: {name} must be {n} finite floats (one per output), got "
+                             f"{value!r}.")
+    if (est.y_scale_ <= 0).any():
+        raise ValueError("malformed model file: y_scale_ holds a scale that is not positive.")
+    if not isinstance(getattr(est, "_y_is_1d", None), bool) or (est._y_is_1d and n != 1):
+        raise ValueError(f"malformed model file: _y_is_1d={getattr(est, '_y_is_1d', None)!r} with {n} outputs.")
+
+
+def _trace_arrays(t: dict, tensors, n_slots: int, n_draws: int) -> tuple[dict, dict]:
+    """The trace's bookkeeping arrays and statistics, checked against its shape: one entry per slot (the steps
+    and statistics one per slot and draw), counts that are non-negative integers, ring positions and stored
+    counts within the capacity. Raises ValueError otherwise."""
+    arrays = {}
+    for attr in _TRACE_ARRAYS:
+        a = np.array(_decode(t["arrays"][attr], tensors))
+        shape = (n_slots, n_draws) if attr == "_steps" else (n_slots,)
+        kinds = "b" if attr == "active" else "iu"
+        if a.shape != shape or a.dtype.kind not in kinds or (kinds == "iu" and (a < 0).any()):
+            raise ValueError(f"malformed model file: the trace's {attr.lstrip('_')} must be {shape} "
+                             f"{'flags' if kinds == 'b' else 'non-negative integers'}, got {a!r}.")
+        arrays[attr] = a
+    if (arrays["_stored"] > n_draws).any() or (arrays["_next"] >= n_draws).any() or arrays["_stored"].sum() < 1:
+        raise ValueError(f"malformed model file: the trace's stored counts {arrays['_stored']!r} and ring positions "
+                         f"{arrays['_next']!r} do not fit its {n_draws} draws per slot (or it holds none).")
+    stats = {}
+    for name, value in t["stats"].items():
+        a = np.array(_decode(value, tensors))
+        if not isinstance(name, str) or a.shape != (n_slots, n_draws) or a.dtype.kind not in "fiu":
+            raise ValueError(f"malformed model file: the trace's statistic {name!r} must be {(n_slots, n_draws)} "
+                             "numbers.")
+        stats[name] = a
+    return arrays, stats
+
+
+def _draws_buffer(est, t: dict, tensors) -> tuple[torch.Tensor, list]:
+    """The file's draws, ``(n_slots, n_draws, D)``, checked before any array is built from the file's sizes:
+    floats of the network's parameter dtype, ``D`` the number of parameters of the network the file describes
+    (built on PyTorch's meta device, which allocates nothing, so a crafted architecture cannot take memory),
+    each stored tensor's shape that network's. Returns it with the shapes. Raises ValueError otherwise."""
+    n_draws, n_slots = _count(t["n_draws"], "the trace's n_draws", 1), _count(t["n_slots"], "the trace's n_slots", 1)
+    _count(t["burn_in"], "the trace's burn_in"), _count(t["thinning"], "the trace's thinning", 1)
+    ref = t["buffer"]
+    if not (isinstance(ref, dict) and ref.get("__array__") in tensors):
+        raise ValueError("malformed model file: it holds no posterior draws.")
+    buffer = tensors[ref["__array__"]]
+    shapes = t["shapes"]
+    if not (isinstance(shapes, list) and all(isinstance(s, list) and all(isinstance(d, int) and not isinstance(
+            d, bool) and d >= 0 for d in s) for s in shapes)):
+        raise ValueError(f"malformed model file: the draws' shapes {shapes!r} are not lists of sizes.")
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        module, likelihood = est._build_module(), est._build_likelihood()
+    trainable = [p for m in (module, likelihood) for p in m.parameters() if p.requires_grad]
+    if [list(p.shape) for p in trainable] != shapes:
+        raise ValueError(f"malformed model file: the draws' shapes {shapes} are not those of the network it "
+                         f"describes ({[list(p.shape) for p in trainable]}).")
+    width = sum(p.numel() for p in trainable)
+    if tuple(buffer.shape) != (n_slots, n_draws, width) or buffer.dtype != trainable[0].dtype:
+        raise ValueError(f"malformed model file: the draws are {tuple(buffer.shape)} {buffer.dtype}, not "
+                         f"{(n_slots, n_draws, width)} {trainable[0].dtype} (slots, draws per slot, parameters).")
+    return buffer, shapes
+
+
 def _build_estimator(spec: dict, tensors):
     from .plan import ChainLayout
     from .trace import Trace
@@ -305,6 +409,15 @@ def _build_estimator(spec: dict, tensors):
     params = _params_back(spec["params"], tensors)
     params.setdefault("standardize_inputs", False)  # written before the estimators standardised their inputs
     est = cls(**params)
+    try:  # the parameters as fit checks them (names, ranges, the sampler's hyperparameters)
+        est._validate_params()
+        est._validate_hyperparameters()
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"malformed model file: {exc}") from None
+    unknown = sorted(set(spec["fitted"]) - set(_ESTIMATOR_FITTED))
+    if unknown:
+        raise ValueError(f"malformed model file: it sets {', '.join(map(repr, unknown))}, which are not fitted "
+                         "attributes a model file holds.")
     for attr, value in spec["fitted"].items():
         value = _decode(value, tensors)
         if attr == "input_shape_":
@@ -315,6 +428,11 @@ def _build_estimator(spec: dict, tensors):
             value["diverged_chains"] = {int(k): v for k, v in value["diverged_chains"].items()}
         setattr(est, attr, value)
     _check_input_map(est)
+    _check_outputs(est)
+    t = spec["trace"]
+    buffer, shapes = _draws_buffer(est, t, tensors)
+    n_slots, n_draws = buffer.shape[0], buffer.shape[1]
+    arrays, stats = _trace_arrays(t, tensors, n_slots, n_draws)
     est.device_ = resolve_device(est.device) if str(est.device).startswith("cuda") and torch.cuda.is_available() \
         else torch.device("cpu")
     with torch.random.fork_rng(devices=[]):
@@ -323,14 +441,15 @@ def _build_estimator(spec: dict, tensors):
         est.module_ = module.to(est.device_)
     with est._current_init_context("criterion"):
         est.criterion_ = likelihood.to(est.device_)
-    t = spec["trace"]
-    trace = Trace(t["n_draws"], burn_in=t["burn_in"], thinning=t["thinning"], n_slots=t["n_slots"], chain_axis=True)
-    trace.shapes = [torch.Size(s) for s in t["shapes"]]
-    for attr, value in t["arrays"].items():
-        setattr(trace, attr, np.array(_decode(value, tensors)))
+    trace = Trace(n_draws, burn_in=t["burn_in"], thinning=t["thinning"], n_slots=n_slots, chain_axis=True)
+    trace.shapes = [torch.Size(s) for s in shapes]
+    for attr, value in arrays.items():
+        setattr(trace, attr, value)
     trace._lockstep = False  # which steps were candidates is not saved: offers take the general path
-    trace._stats = {n: np.array(_decode(v, tensors)) for n, v in t["stats"].items()}
-    trace._buffer = tensors[t["buffer"]["__array__"]].clone() if t["buffer"] is not None else None
+    trace._stats = stats
+    trace._buffer = buffer.clone()
+    if not torch.isfinite(trace.draws()).all():  # (a fit never stores one: the trace refuses them)
+        raise ValueError("malformed model file: it holds a posterior draw that is not finite.")
     est.trace_ = trace
     est.layout_ = ChainLayout(int(est.n_chains), t["n_slots"] // max(int(est.n_chains), 1))
     est.sampler_state_ = None
@@ -363,10 +482,26 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If the file is not a bayesnet model file, was written by a newer version, or names a class or
-        function outside the allowlist.
+        If the file is not a bayesnet model file, was written by a newer version, names a class or function
+        outside the allowlist, or is malformed: parameters out of their ranges, draws that do not fit the network
+        it describes or are not finite, bookkeeping or fitted attributes that do not fit the draws or the
+        outputs, a value of the wrong type or a missing entry.
     """
     spec, tensors = _read(path)
+    try:
+        return _load(spec, tensors, path, return_metadata)
+    except ValueError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:  # an entry missing or of
+        # the wrong type anywhere in the specification
+        raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}).") from None
+
+
+def _load(spec, tensors, path, return_metadata: bool):
+    if not isinstance(spec, dict):
+        raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its specification is not a "
+                         "mapping).")
     if spec.get("kind") == "pipeline":
         from sklearn.pipeline import Pipeline
 
@@ -380,9 +515,21 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
             if cls is None:
                 raise ValueError(f"the model file names an unknown transformer class {step['class']!r}.")
             obj = cls(**_params_back(step["params"], tensors))
+            if hasattr(obj, "_validate_params"):  # (scikit-learn's constraints, as its fit checks them)
+                try:
+                    obj._validate_params()
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"malformed model file: {exc}") from None
             for attr, value in step["fitted"].items():
+                if not (isinstance(attr, str) and attr.endswith("_") and not attr.startswith("_")):
+                    raise ValueError(f"malformed model file: it sets {attr!r} on a {step['class']}, which is not a "
+                                     "fitted attribute (save writes only public names ending in '_').")
                 setattr(obj, attr, _decode(value, tensors))
             steps.append((step["name"], obj))
+        names = [name for name, _ in steps]
+        if not all(isinstance(n, str) and n and "__" not in n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"malformed model file: pipeline step names {names!r} must be distinct non-empty "
+                             "strings without '__'.")
         model = Pipeline(steps)
     elif spec.get("kind") == "estimator":
         model = _build_estimator(spec["estimator"], tensors)

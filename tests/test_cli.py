@@ -2,6 +2,7 @@
 sampling (or, for a fit that stops early, a saved partial model); the MLP, CNN and RNN run end to end."""
 
 import csv
+import json
 import os
 import re
 import signal
@@ -349,6 +350,34 @@ def test_predict_reads_a_model_whose_header_length_spells_a_pickle_magic(tmp_pat
     wide = capsys.readouterr().out
     assert main(["predict", model, "--data", data]) == 0
     assert capsys.readouterr().out == wide
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("features", ["a", "b"], "feature names ['a', 'b'] are not 3 distinct column names"),
+    ("features", 5, "feature names 5 are not"),
+    ("target", 5, "target 5 is not a column name"),
+    ("partial", "short\x1b[2J", "partial-fit note is not printable text"),
+])
+def test_predict_refuses_metadata_it_cannot_use(tmp_path, capsys, fitted, key, value, message):
+    """Before: a model file's metadata was read as given: the wrong number of feature names made predict read
+    other columns than the model was fitted on, a number in their place a traceback, and the partial-fit note
+    went to the terminal with its escape sequences."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    model, data = fitted
+    with safe_open(model, framework="pt") as f:
+        header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    spec = json.loads(header["spec"])
+    meta = dict(spec["metadata"]["__dict__"])
+    meta[key] = value
+    spec["metadata"] = {"__dict__": [[k, v] for k, v in meta.items()]}
+    crafted = tmp_path / "crafted.bayesnet"
+    save_file(tensors, crafted, metadata={**header, "spec": json.dumps(spec)})
+    capsys.readouterr()
+    assert main(["predict", str(crafted), "--data", data]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "malformed bayesnet model file" in err and message in err
 
 
 @pytest.mark.parametrize("content", [b"a,b,c\n1,2,3\n", b"", b"\x00\x01garbage"], ids=["csv", "empty", "binary"])

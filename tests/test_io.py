@@ -83,17 +83,20 @@ def test_the_file_size_follows_the_draws_not_the_run(tmp_path):
     assert abs(sizes[1] - sizes[0]) < 200, sizes  # a few digits of the diagnostics, not the 3000 steps
 
 
-def _tamper(path, out, edit):
-    """Rewrite the JSON header of a saved model through ``edit(spec)`` (what an attacker can write)."""
-    from safetensors.torch import load_file, save_file
+def _tamper(src, dst, spec_edit=None, tensor_edit=None, header_edit=None):
+    """A copy of model file ``src`` at ``dst`` with its specification, tensors or header edited."""
     from safetensors import safe_open
+    from safetensors.torch import save_file
 
-    with safe_open(str(path), "pt") as f:
-        header = f.metadata()
+    with safe_open(str(src), framework="pt") as f:
+        header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
     spec = json.loads(header["spec"])
-    edit(spec)
+    spec_edit and spec_edit(spec)
+    tensor_edit and tensor_edit(tensors)
     header["spec"] = json.dumps(spec)
-    save_file(load_file(str(path)), str(out), metadata=header)
+    header_edit and header_edit(header)
+    save_file(tensors, str(dst), metadata=header)
+    return dst
 
 
 def test_loading_never_builds_what_the_file_names_outside_the_allowlist(tmp_path):
@@ -214,3 +217,92 @@ def test_cuda_fit_save_load_predict(tmp_path):
     est.save(tmp_path / "m.bayesnet")
     back = bayesnet.load(tmp_path / "m.bayesnet")
     np.testing.assert_allclose(back.predict_proba(X), est.predict_proba(X), atol=1e-6)
+
+
+# ---------------------------------------------------------------------- #
+# crafted or damaged files: a clear ValueError at load, never a wrong model (a review of the load path)
+# ---------------------------------------------------------------------- #
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    """A classifier, a regressor and a forecasting pipeline, each saved once."""
+    folder = tmp_path_factory.mktemp("models")
+    X, y = load_iris(return_X_y=True)
+    series = load_sunspots()[:120]
+    Xw, yw = make_forecasting_windows(series, n_lags=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        models = {"class": BayesianMLPClassifier((4,), n_draws=3, burn_in=20, random_state=0).fit(X, y),
+                  "reg": BayesianMLPRegressor((4,), n_draws=3, burn_in=20, random_state=0).fit(X[:, :3], X[:, 3]),
+                  "pipe": make_pipeline(TakensEmbedding(dimension=2, delay=2), BayesianMLPRegressor(
+                      (4,), n_draws=3, burn_in=20, random_state=0)).fit(Xw, yw)}
+    for name, model in models.items():
+        model.save(folder / f"{name}.bayesnet") if name != "pipe" else bayesnet.save(model, folder / "pipe.bayesnet")
+    return folder
+
+
+def _est(spec):
+    return spec["estimator"] if spec["kind"] == "estimator" else spec["steps"][-1]
+
+
+def _set(where, key, value):
+    def edit(spec):
+        where(spec)[key] = value
+    return edit
+
+
+def _nan_draw(tensors):
+    (key,) = [k for k in tensors if k.endswith("trace.buffer")]
+    tensors[key] = tensors[key].clone()
+    tensors[key][0, 0, 0] = float("nan")
+
+
+CRAFTED = {
+    # the draws against the network and the bookkeeping against the draws (before: silently double-counted or
+    # dropped draws, or a 5 kB file allocating gigabytes at predict)
+    "stored beyond the capacity": ("class", None, lambda t: t.update({"estimator.trace._stored": torch.tensor([10])}),
+                                   "stored counts"),
+    "n_draws of 1e12": ("class", _set(lambda s: _est(s)["trace"], "n_draws", 10 ** 12), None, "the draws are"),
+    "a wider network than the draws": ("class", _set(lambda s: _est(s)["params"], "hidden_layer_sizes",
+                                                     [6000, 6000]), None, "not those of the network"),
+    "float64 draws": ("class", None, lambda t: t.update({k: t[k].double() for k in t if k.endswith("buffer")}),
+                      "the draws are"),
+    "no draws": ("class", _set(lambda s: _est(s)["trace"], "buffer", None), None, "holds no posterior draws"),
+    "a draw that is not finite": ("class", None, _nan_draw, "not finite"),
+    # what predictions read besides the draws (before: a class silently dropped, inverted intervals)
+    "two labels for three outputs": ("class", _set(lambda s: _est(s)["fitted"], "classes_",
+                                                   {"__strings__": ["a", "b"], "shape": [2], "kind": "U"}),
+                                     None, "classes_ must be 3 distinct labels"),
+    "a negative target scale": ("reg", None, lambda t: t.update({"estimator.y_scale_": -t["estimator.y_scale_"]}),
+                                "y_scale_ holds a scale that is not positive"),
+    "an attribute that is not fitted": ("class", _set(lambda s: _est(s)["fitted"], "__dict__", 0), None,
+                                        "not fitted attributes"),
+    "a parameter out of range": ("class", _set(lambda s: _est(s)["params"], "n_chains", 0), None, "n_chains"),
+    "a transformer parameter out of range": ("pipe", _set(lambda s: s["steps"][0]["params"], "delay", 0), None,
+                                             "delay"),
+    # malformed specifications (before: KeyError, TypeError, RecursionError, MemoryError)
+    "a missing trace": ("class", lambda s: _est(s).pop("trace"), None, "KeyError"),
+    "a specification nested too deep": ("class", None, None, "RecursionError"),
+    "a string array of gigabytes": ("class", _set(lambda s: s, "metadata", {"__strings__": ["x" * 10000] + [""] * 20000,
+                                                                            "shape": [20001], "kind": "U"}),
+                                    None, "MiB"),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_a_crafted_or_damaged_file_is_a_clear_error(model_files, tmp_path, case):
+    source, spec_edit, tensor_edit, message = CRAFTED[case]
+    header_edit = (lambda h: h.__setitem__("spec", "[" * 100000 + "]" * 100000)) if "nested" in case else None
+    path = _tamper(model_files / f"{source}.bayesnet", tmp_path / "crafted.bayesnet", spec_edit, tensor_edit,
+                   header_edit)
+    with pytest.raises(ValueError, match="malformed") as info:
+        bayesnet.load(path, return_metadata=True)
+    assert message is None or message in str(info.value)
+
+
+def test_the_untampered_files_load(model_files, tmp_path):
+    """The crafted cases' power: the same round trip through _tamper without an edit loads and predicts."""
+    X, _ = load_iris(return_X_y=True)
+    windows = make_forecasting_windows(load_sunspots()[:120], n_lags=4)[0]
+    for name, inputs in (("class", X), ("reg", X[:, :3]), ("pipe", windows)):
+        model = bayesnet.load(_tamper(model_files / f"{name}.bayesnet", tmp_path / f"{name}.bayesnet"))
+        assert np.isfinite(model.predict_proba(inputs) if name == "class" else model.predict(inputs)).all()

@@ -157,7 +157,8 @@ def test_a_large_offset_keeps_its_spread():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda spec: spec["params"].__setitem__("standardize_inputs", "yes"), "is not a bool"),
+    (lambda spec: spec["params"].__setitem__("standardize_inputs", "yes"),
+     "'standardize_inputs' parameter .* must be an instance of 'bool'"),
     (lambda spec: spec["params"].__setitem__("standardize_inputs", False), "standardize_inputs=False"),
     (lambda spec: spec["fitted"].__setitem__("input_scale_", 2.0), "30 finite floats"),
     (lambda spec: spec["fitted"].pop("input_mean_"), "30 finite floats"),

@@ -62,12 +62,39 @@ def load_model(path: str, allow_pickle: bool = False):
     try:
         model, meta = load(path, return_metadata=True)
     except ValueError as exc:
+        if "malformed" in str(exc):  # (a model file, crafted or damaged)
+            raise CLIError(f"{path}: {exc}") from None
         raise CLIError(f"{path} is not a bayesnet model file; give the file written by `bayesnet fit --output` "
                        f"({exc}).") from None
     if not (isinstance(meta, dict) and meta.get("task") in _TASKS):
         raise CLIError(f"{path} is a bayesnet model file, but not one written by `bayesnet fit` (it lacks the "
                        "command's metadata: task, features).")
+    _check_metadata(path, model, meta)
     return model, meta
+
+
+def _check_metadata(path: str, model, meta: dict) -> None:
+    """The command's metadata that predict reads, checked as data (a crafted file gave tracebacks, or a model
+    reading other columns than it was fitted on): the feature names, one per input column; the target column's
+    name; a forecaster's window length; the partial-fit note, as printable text."""
+    def bad(what: str):
+        raise CLIError(f"{path} is a malformed bayesnet model file: its metadata's {what}.")
+
+    target, partial = meta.get("target"), meta.get("partial")
+    if target is not None and not isinstance(target, str):
+        bad(f"target {target!r} is not a column name")
+    if partial is not None and not (isinstance(partial, str) and partial.isprintable()):
+        bad("partial-fit note is not printable text")
+    if meta["task"] == "forecast":
+        n_lags = meta.get("n_lags")
+        if isinstance(n_lags, bool) or not isinstance(n_lags, int) or n_lags < 1:
+            bad(f"window length n_lags={n_lags!r} is not a positive integer")
+        return
+    features = meta.get("features")
+    n_in = getattr(model, "n_features_in_", None)
+    if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)
+            and len(set(features)) == len(features) and (n_in is None or len(features) == n_in)):
+        bad(f"feature names {features!r} are not {n_in or 'the'} distinct column names the model reads")
 
 
 def _load_pickle(path: str, allow_pickle: bool):
