@@ -397,10 +397,21 @@ def _draws_buffer(est, t: dict, tensors) -> tuple[torch.Tensor, list]:
     return buffer, shapes
 
 
+def _load_device(saved) -> torch.device:
+    """Where a loaded model predicts: on a GPU when it was fitted on one (the file's device, also for
+    ``device="auto"``) and this machine has one, the saved index or else the first; otherwise on the CPU."""
+    if not (isinstance(saved, str) and saved.startswith("cuda") and torch.cuda.is_available()):
+        return torch.device("cpu")
+    try:
+        index = torch.device(saved).index
+    except RuntimeError:
+        index = None
+    return torch.device("cuda", index if index is not None and index < torch.cuda.device_count() else 0)
+
+
 def _build_estimator(spec: dict, tensors):
     from .plan import ChainLayout
     from .trace import Trace
-    from .estimators.base import resolve_device
 
     classes = _estimator_classes()
     cls = classes.get(spec["class"])
@@ -421,7 +432,8 @@ def _build_estimator(spec: dict, tensors):
     for attr, value in spec["fitted"].items():
         value = _decode(value, tensors)
         if attr == "input_shape_":
-            if not (isinstance(value, (list, tuple)) and all(isinstance(v, int) and v > 0 for v in value)):
+            if not (isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                              for v in value)):
                 raise ValueError(f"malformed model file: input_shape_={value!r} names no input features.")
             value = tuple(value)
         if attr == "fit_status_" and "diverged_chains" in value:
@@ -433,8 +445,7 @@ def _build_estimator(spec: dict, tensors):
     buffer, shapes = _draws_buffer(est, t, tensors)
     n_slots, n_draws = buffer.shape[0], buffer.shape[1]
     arrays, stats = _trace_arrays(t, tensors, n_slots, n_draws)
-    est.device_ = resolve_device(est.device) if str(est.device).startswith("cuda") and torch.cuda.is_available() \
-        else torch.device("cpu")
+    est.device_ = _load_device(spec.get("device", str(est.device)))
     with torch.random.fork_rng(devices=[]):
         module, likelihood = est._build_module(), est._build_likelihood()
     with est._current_init_context("module"):

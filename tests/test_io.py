@@ -209,6 +209,23 @@ def test_a_cuda_fitted_model_loads_on_the_cpu(tmp_path, monkeypatch):
     np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
 
 
+def test_a_loaded_model_predicts_where_it_was_fitted(monkeypatch):
+    """Before: only a model whose device parameter named CUDA went back to a GPU; one fitted on a GPU with
+    device="auto" (the file's device "cuda:0") loaded on the CPU, and "cuda:1" on a one-GPU machine would
+    fail in .to(). The file's device decides, the index falls back to the first GPU."""
+    from bayesnet.io import _load_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert _load_device("cuda:0") == torch.device("cuda", 0)
+    assert _load_device("cuda:1") == torch.device("cuda", 0)
+    assert _load_device("cuda") == torch.device("cuda", 0)
+    assert _load_device("cpu") == torch.device("cpu")
+    assert _load_device(3) == torch.device("cpu")  # (a crafted value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _load_device("cuda:0") == torch.device("cpu")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_fit_save_load_predict(tmp_path):
     X, y = load_iris(return_X_y=True)
