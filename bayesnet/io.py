@@ -19,6 +19,7 @@ kept, never with the run's length.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import numpy as np
@@ -34,8 +35,10 @@ _ESTIMATOR_FITTED = ("n_features_in_", "feature_names_in_", "input_shape_", "inp
                      "n_outputs_", "classes_", "y_mean_", "y_scale_", "_y_is_1d", "n_train_", "diagnostics_",
                      "convergence_", "fit_status_")
 _TRACE_ARRAYS = ("_steps", "_stored", "_next", "n_candidates", "kept_per_slot", "discarded_per_slot", "active")
-#: the most memory a string array of a model file (class labels, feature names) may take in NumPy's form
+#: the most memory the string arrays of one model file (class labels, feature names) may take in NumPy's form
 _MAX_STRING_BYTES = 2 ** 26
+#: what is left of it while a file is read (a list, so that every decode of one load shares it)
+_STRING_BUDGET = contextvars.ContextVar("bayesnet_io_string_budget", default=None)
 # parameters that hold runtime objects and are not written (their defaults come back on load)
 _RUNTIME_PARAMS = {"callbacks", "iterator_train", "iterator_valid", "module", "criterion", "optimizer", "dataset",
                    "train_split", "predict_nonlinearity", "use_caching", "torch_load_kwargs"}
@@ -118,10 +121,13 @@ def _decode(v, tensors):
         # small file allocate gigabytes
         kind = "U" if v.get("kind") == "U" else "O"
         longest = max(map(len, strings))
-        if kind == "U" and 4 * len(strings) * longest > _MAX_STRING_BYTES:
-            raise ValueError(f"malformed model file: a string array of {len(strings)} entries up to {longest} "
-                             "characters long (its NumPy form would take more than "
-                             f"{_MAX_STRING_BYTES // 2 ** 20} MiB).")
+        need = 4 * len(strings) * longest if kind == "U" else 0
+        budget = _STRING_BUDGET.get() or [_MAX_STRING_BYTES]
+        if need > budget[0]:
+            raise ValueError(f"malformed model file: its string arrays (here {len(strings)} entries up to {longest} "
+                             "characters long) would take more than "
+                             f"{_MAX_STRING_BYTES // 2 ** 20} MiB in NumPy's form.")
+        budget[0] -= need
         return np.array(strings, dtype=None if kind == "U" else object).reshape(v["shape"])
     if "__array__" in v:
         return tensors[v["__array__"]].numpy()
@@ -347,6 +353,9 @@ def _trace_arrays(t: dict, tensors, n_slots: int, n_draws: int) -> tuple[dict, d
     """The trace's bookkeeping arrays and statistics, checked against its shape: one entry per slot (the steps
     and statistics one per slot and draw), counts that are non-negative integers, ring positions and stored
     counts within the capacity. Raises ValueError otherwise."""
+    refs = [v.get("__array__") for v in [*t["arrays"].values(), *t["stats"].values()] if isinstance(v, dict)]
+    if len(set(refs)) != len(refs):  # (one tensor named by many statistics would be copied once per name)
+        raise ValueError("malformed model file: two of the trace's arrays name the same tensor.")
     arrays = {}
     for attr in _TRACE_ARRAYS:
         a = np.array(_decode(t["arrays"][attr], tensors))
@@ -384,17 +393,57 @@ def _draws_buffer(est, t: dict, tensors) -> tuple[torch.Tensor, list]:
     if not (isinstance(shapes, list) and all(isinstance(s, list) and all(isinstance(d, int) and not isinstance(
             d, bool) and d >= 0 for d in s) for s in shapes)):
         raise ValueError(f"malformed model file: the draws' shapes {shapes!r} are not lists of sizes.")
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+    with torch.device("meta"):  # (initialising meta tensors draws nothing: the global stream is untouched)
         module, likelihood = est._build_module(), est._build_likelihood()
     trainable = [p for m in (module, likelihood) for p in m.parameters() if p.requires_grad]
     if [list(p.shape) for p in trainable] != shapes:
         raise ValueError(f"malformed model file: the draws' shapes {shapes} are not those of the network it "
                          f"describes ({[list(p.shape) for p in trainable]}).")
     width = sum(p.numel() for p in trainable)
-    if tuple(buffer.shape) != (n_slots, n_draws, width) or buffer.dtype != trainable[0].dtype:
+    if tuple(buffer.shape) != (n_slots, n_draws, width) or buffer.dtype != torch.float32:  # (what a fit stores,
+        # whatever torch's default dtype is when the file is read)
         raise ValueError(f"malformed model file: the draws are {tuple(buffer.shape)} {buffer.dtype}, not "
-                         f"{(n_slots, n_draws, width)} {trainable[0].dtype} (slots, draws per slot, parameters).")
+                         f"{(n_slots, n_draws, width)} torch.float32 (slots, draws per slot, parameters).")
     return buffer, shapes
+
+
+#: the statistics each scaler's transform reads, and the parameter without which it may be None
+_SCALER_STATISTICS = {"StandardScaler": {"mean_": "with_mean", "scale_": "with_std"},
+                      "RobustScaler": {"center_": "with_centering", "scale_": "with_scaling"},
+                      "MinMaxScaler": {"min_": None, "scale_": None}, "MaxAbsScaler": {"scale_": None}}
+
+
+def _check_transformer(obj) -> None:
+    """A pipeline step's fitted state, checked as data: ``n_features_in_`` a positive integer, every fitted numeric
+    array finite floats of one entry per input feature (a scaler's statistics), a scale positive, a Takens
+    embedding's span within its lag columns. Raises ValueError otherwise (a crafted file broadcast a one-entry
+    mean over every feature, or asked a 44 GiB index at predict)."""
+    name = type(obj).__name__
+    n = getattr(obj, "n_features_in_", None)
+    if n is not None:
+        _count(n, f"{name}.n_features_in_", 1)
+    for attr, value in vars(obj).items():
+        if not attr.endswith("_") or attr.startswith("_") or attr == "n_samples_seen_":
+            continue
+        if isinstance(value, (float, np.floating)):  # (a statistic is an array: a number would broadcast)
+            raise ValueError(f"malformed model file: {name}.{attr} must be {n} finite floats, got {value!r}.")
+        if attr == "feature_names_in_" or not isinstance(value, np.ndarray):
+            continue
+        if value.dtype.kind != "f" or value.shape != (n,) or not np.isfinite(value).all():
+            raise ValueError(f"malformed model file: {name}.{attr} must be {n} finite floats (one per input "
+                             f"feature), got {value!r}.")
+        if attr == "scale_" and (value <= 0).any():
+            raise ValueError(f"malformed model file: {name}.scale_ holds a scale that is not positive.")
+    for attr, flag in _SCALER_STATISTICS.get(name, {}).items():
+        if not isinstance(getattr(obj, attr, None), np.ndarray) and (flag is None or getattr(obj, flag)):
+            raise ValueError(f"malformed model file: the {name} lacks its {attr}.")
+    if hasattr(obj, "_check_span"):
+        if n is None:
+            raise ValueError(f"malformed model file: the {name} has no n_features_in_.")
+        try:
+            obj._check_span(n)
+        except ValueError as exc:
+            raise ValueError(f"malformed model file: {exc}") from None
 
 
 def _load_device(saved) -> torch.device:
@@ -446,7 +495,10 @@ def _build_estimator(spec: dict, tensors):
     n_slots, n_draws = buffer.shape[0], buffer.shape[1]
     arrays, stats = _trace_arrays(t, tensors, n_slots, n_draws)
     est.device_ = _load_device(spec.get("device", str(est.device)))
-    with torch.random.fork_rng(devices=[]):
+    from .estimators.run import _GLOBAL_RNG_LOCK
+
+    with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):  # (a fit in another thread holds the same lock
+        # around its seeded build: restoring the stream must not undo its draws)
         module, likelihood = est._build_module(), est._build_likelihood()
     with est._current_init_context("module"):
         est.module_ = module.to(est.device_)
@@ -499,14 +551,17 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
         outputs, a value of the wrong type or a missing entry.
     """
     spec, tensors = _read(path)
+    token = _STRING_BUDGET.set([_MAX_STRING_BYTES])
     try:
         return _load(spec, tensors, path, return_metadata)
     except ValueError:
         raise
-    except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:  # an entry missing or of
-        # the wrong type anywhere in the specification
+    except (KeyError, TypeError, AttributeError, IndexError, RecursionError, RuntimeError, OverflowError) as exc:
+        # an entry missing or of the wrong type anywhere in the specification, or sizes torch cannot hold
         raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file ({type(exc).__name__}: "
                          f"{str(exc)[:200]}).") from None
+    finally:
+        _STRING_BUDGET.reset(token)
 
 
 def _load(spec, tensors, path, return_metadata: bool):
@@ -536,6 +591,7 @@ def _load(spec, tensors, path, return_metadata: bool):
                     raise ValueError(f"malformed model file: it sets {attr!r} on a {step['class']}, which is not a "
                                      "fitted attribute (save writes only public names ending in '_').")
                 setattr(obj, attr, _decode(value, tensors))
+            _check_transformer(obj)
             steps.append((step["name"], obj))
         names = [name for name, _ in steps]
         if not all(isinstance(n, str) and n and "__" not in n for n in names) or len(set(names)) != len(names):

@@ -357,6 +357,7 @@ def test_predict_reads_a_model_whose_header_length_spells_a_pickle_magic(tmp_pat
     ("features", 5, "feature names 5 are not"),
     ("target", 5, "target 5 is not a column name"),
     ("partial", "short\x1b[2J", "partial-fit note is not printable text"),
+    ("task", "regression", "task 'regression' is not the model's (BayesianMLPClassifier)"),
 ])
 def test_predict_refuses_metadata_it_cannot_use(tmp_path, capsys, fitted, key, value, message):
     """Before: a model file's metadata was read as given: the wrong number of feature names made predict read

@@ -250,7 +250,7 @@ def model_files(tmp_path_factory):
         warnings.simplefilter("ignore")
         models = {"class": BayesianMLPClassifier((4,), n_draws=3, burn_in=20, random_state=0).fit(X, y),
                   "reg": BayesianMLPRegressor((4,), n_draws=3, burn_in=20, random_state=0).fit(X[:, :3], X[:, 3]),
-                  "pipe": make_pipeline(TakensEmbedding(dimension=2, delay=2), BayesianMLPRegressor(
+                  "pipe": make_pipeline(TakensEmbedding(dimension=2, delay=2), StandardScaler(), BayesianMLPRegressor(
                       (4,), n_draws=3, burn_in=20, random_state=0)).fit(Xw, yw)}
     for name, model in models.items():
         model.save(folder / f"{name}.bayesnet") if name != "pipe" else bayesnet.save(model, folder / "pipe.bayesnet")
@@ -296,11 +296,24 @@ CRAFTED = {
     "a parameter out of range": ("class", _set(lambda s: _est(s)["params"], "n_chains", 0), None, "n_chains"),
     "a transformer parameter out of range": ("pipe", _set(lambda s: s["steps"][0]["params"], "delay", 0), None,
                                              "delay"),
+    "one tensor named by many statistics": ("class", lambda s: _est(s)["trace"]["stats"].update(
+        {f"copy{i}": _est(s)["trace"]["stats"]["potential"] for i in range(3)}), None, "the same tensor"),
+    "a transformer's span beyond its columns": ("pipe", _set(lambda s: s["steps"][0]["params"], "dimension", 30000000),
+                                                None, "exceeds the 4 lag columns"),
+    "a scaler's mean for one feature": ("pipe", _set(lambda s: s["steps"][1]["fitted"], "mean_", 0.0), None,
+                                        "StandardScaler.mean_ must be 2 finite floats"),
+    "a scaler without its scale": ("pipe", _set(lambda s: s["steps"][1]["fitted"], "scale_", None), None,
+                                   "the StandardScaler lacks its scale_"),
+    "a network too large for torch": ("class", _set(lambda s: _est(s)["params"], "hidden_layer_sizes", [2 ** 62] * 2),
+                                      None, "RuntimeError"),
     # malformed specifications (before: KeyError, TypeError, RecursionError, MemoryError)
     "a missing trace": ("class", lambda s: _est(s).pop("trace"), None, "KeyError"),
     "a specification nested too deep": ("class", None, None, "RecursionError"),
     "a string array of gigabytes": ("class", _set(lambda s: s, "metadata", {"__strings__": ["x" * 10000] + [""] * 20000,
                                                                             "shape": [20001], "kind": "U"}),
+                                    None, "MiB"),
+    "string arrays of 42 MB each": ("class", _set(lambda s: s, "metadata", [{"__strings__": ["x" * 2600] + [""] * 4000,
+                                                                             "shape": [4001], "kind": "U"}] * 2),
                                     None, "MiB"),
 }
 
@@ -317,9 +330,16 @@ def test_a_crafted_or_damaged_file_is_a_clear_error(model_files, tmp_path, case)
 
 
 def test_the_untampered_files_load(model_files, tmp_path):
-    """The crafted cases' power: the same round trip through _tamper without an edit loads and predicts."""
+    """The crafted cases' power: the same round trip through _tamper without an edit loads and predicts, also
+    with torch's default dtype float64 (before the review: the draws' float32 was compared with it)."""
     X, _ = load_iris(return_X_y=True)
     windows = make_forecasting_windows(load_sunspots()[:120], n_lags=4)[0]
     for name, inputs in (("class", X), ("reg", X[:, :3]), ("pipe", windows)):
         model = bayesnet.load(_tamper(model_files / f"{name}.bayesnet", tmp_path / f"{name}.bayesnet"))
         assert np.isfinite(model.predict_proba(inputs) if name == "class" else model.predict(inputs)).all()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        bayesnet.load(model_files / "class.bayesnet")
+    finally:
+        torch.set_default_dtype(default)

@@ -77,9 +77,17 @@ def _check_metadata(path: str, model, meta: dict) -> None:
     """The command's metadata that predict reads, checked as data (a crafted file gave tracebacks, or a model
     reading other columns than it was fitted on): the feature names, one per input column; the target column's
     name; a forecaster's window length; the partial-fit note, as printable text."""
+    from sklearn.base import is_classifier
+    from sklearn.pipeline import Pipeline
+
     def bad(what: str):
         raise CLIError(f"{path} is a malformed bayesnet model file: its metadata's {what}.")
 
+    if not isinstance(model, Pipeline):
+        raise CLIError(f"{path} is a bayesnet model file, but not one written by `bayesnet fit` (it holds an "
+                       "estimator, not the command's pipeline).")
+    if is_classifier(model[-1]) != (meta["task"] == "classification"):
+        bad(f"task {meta['task']!r} is not the model's ({type(model[-1]).__name__})")
     target, partial = meta.get("target"), meta.get("partial")
     if target is not None and not isinstance(target, str):
         bad(f"target {target!r} is not a column name")
@@ -87,8 +95,10 @@ def _check_metadata(path: str, model, meta: dict) -> None:
         bad("partial-fit note is not printable text")
     if meta["task"] == "forecast":
         n_lags = meta.get("n_lags")
-        if isinstance(n_lags, bool) or not isinstance(n_lags, int) or n_lags < 1:
-            bad(f"window length n_lags={n_lags!r} is not a positive integer")
+        n_in = getattr(model, "n_features_in_", None)
+        if isinstance(n_lags, bool) or not isinstance(n_lags, int) or n_lags < 1 or (n_in is not None
+                                                                                  and n_lags != n_in):
+            bad(f"window length n_lags={n_lags!r} is not the {n_in or 'positive'} lag columns the model reads")
         return
     features = meta.get("features")
     n_in = getattr(model, "n_features_in_", None)
