@@ -380,7 +380,7 @@ def _trace_arrays(t: dict, tensors, n_slots: int, n_draws: int) -> tuple[dict, d
 
 def _draws_buffer(est, t: dict, tensors) -> tuple[torch.Tensor, list]:
     """The file's draws, ``(n_slots, n_draws, D)``, checked before any array is built from the file's sizes:
-    floats of the network's parameter dtype, ``D`` the number of parameters of the network the file describes
+    float32 (what a fit stores), ``D`` the number of parameters of the network the file describes
     (built on PyTorch's meta device, which allocates nothing, so a crafted architecture cannot take memory),
     each stored tensor's shape that network's. Returns it with the shapes. Raises ValueError otherwise."""
     n_draws, n_slots = _count(t["n_draws"], "the trace's n_draws", 1), _count(t["n_slots"], "the trace's n_slots", 1)
