@@ -514,12 +514,14 @@ def _build_estimator(spec: dict, tensors):
     if not torch.isfinite(trace.draws()).all():  # (a fit never stores one: the trace refuses them)
         raise ValueError("malformed model file: it holds a posterior draw that is not finite.")
     est.trace_ = trace
-    est.layout_ = ChainLayout(int(est.n_chains), t["n_slots"] // max(int(est.n_chains), 1))
-    est.sampler_state_ = None
-    est.loaded_ = True
     from .samplers import make_sampler
 
     est.sampler_ = make_sampler(est.sampler, **est.get_params_for("sampler"))
+    # the sampler's members per chain (pt-langevin's replicas, eqn's walkers), not the slots over the chains: a
+    # fit whose worker was lost keeps fewer slots than n_chains chains have (before: 0 members per chain)
+    est.layout_ = ChainLayout(int(est.n_chains), est.sampler_.members_per_chain())
+    est.sampler_state_ = None
+    est.loaded_ = True
     return est
 
 

@@ -110,7 +110,10 @@ def test_a_killed_worker_costs_only_its_own_chains(killed, reference, iris, tmp_
     assert est.score(X, y) > 0.6
     saved = copy.deepcopy(est).set_params(callbacks=None)  # a callback object is code, not data
     saved.save(tmp_path / "m.bayesnet")
-    np.testing.assert_array_equal(bayesnet.load(tmp_path / "m.bayesnet").predict_proba(X), proba)
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    np.testing.assert_array_equal(loaded.predict_proba(X), proba)
+    # (before: the loaded layout divided the two kept slots over the four chains, 0 members per chain)
+    assert loaded.layout_ == est.layout_ and loaded.summary() is not None
 
 
 def test_lost_chains_count_as_wanted_draws(killed):

@@ -53,6 +53,7 @@ def test_round_trip_gives_identical_predictions(cls, arch, task, digits, tmp_pat
                         est.predict(X, return_std=True, return_interval=True)):
             np.testing.assert_array_equal(a, b)
     assert back.diagnostics_ == est.diagnostics_ and back.fit_status_ == est.fit_status_
+    assert back.layout_ == est.layout_
     np.testing.assert_array_equal(back.get_draws()["head.layers.0.weight"], est.get_draws()["head.layers.0.weight"])
     assert back.get_params()["sampler__step_size"] == 2e-5 and back.input_shape_ == est.input_shape_
     with pytest.raises(ValueError, match="loaded from a model file.*call fit"):
