@@ -19,6 +19,7 @@ kept, never with the run's length.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import os
@@ -286,6 +287,27 @@ def _params_back(spec_params: dict, tensors) -> dict:
     return out
 
 
+def _check_floats(value, n, name: str, per: str, positive: bool = False, note: str = "") -> None:
+    """``value`` checked as ``n`` finite floats, one per ``per`` (and positive with ``positive``: a scale), else
+    ValueError naming ``name``; ``note`` follows the expectation in the message."""
+    if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.shape == (n,)
+            and np.isfinite(value).all()):
+        raise ValueError(f"malformed model file: {name} must be {n} finite floats (one per {per}){note}, got "
+                         f"{value!r}.")
+    if positive and (value <= 0).any():
+        raise ValueError(f"malformed model file: {name} holds a scale that is not positive.")
+
+
+@contextlib.contextmanager
+def _malformed():
+    """Report a check's ValueError or TypeError (scikit-learn's parameter constraints raise both) as a
+    malformed model file's."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"malformed model file: {exc}") from None
+
+
 def _check_input_map(est) -> None:
     """The input standardisation a model file holds, checked as data: None with ``standardize_inputs=False``
     (files from before the option hold neither), else finite float vectors of one entry per input feature, the
@@ -307,12 +329,8 @@ def _check_input_map(est) -> None:
     except (TypeError, IndexError, ValueError):
         raise ValueError(f"malformed model file: input_shape_={shape!r} names no input features.") from None
     for name, value in (("input_mean_", mean), ("input_scale_", scale)):
-        if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.shape == (n,)
-                and np.isfinite(value).all()):
-            raise ValueError(f"malformed model file: {name} must be {n} finite floats (one per input feature) "
-                             f"with standardize_inputs=True, got {value!r}.")
-    if (scale <= 0).any():
-        raise ValueError("malformed model file: input_scale_ holds a scale that is not positive.")
+        _check_floats(value, n, name, "input feature", positive=name == "input_scale_",
+                      note=" with standardize_inputs=True")
     est.input_mean_, est.input_scale_ = mean.astype(np.float64), scale.astype(np.float64)
 
 
@@ -338,13 +356,7 @@ def _check_outputs(est) -> None:
                              f"{classes!r}.")
         return
     for name in ("y_mean_", "y_scale_"):
-        value = getattr(est, name, None)
-        if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.shape == (n,)
-                and np.isfinite(value).all()):
-            raise ValueError(f"malformed model file: {name} must be {n} finite floats (one per output), got "
-                             f"{value!r}.")
-    if (est.y_scale_ <= 0).any():
-        raise ValueError("malformed model file: y_scale_ holds a scale that is not positive.")
+        _check_floats(getattr(est, name, None), n, name, "output", positive=name == "y_scale_")
     if not isinstance(getattr(est, "_y_is_1d", None), bool) or (est._y_is_1d and n != 1):
         raise ValueError(f"malformed model file: _y_is_1d={getattr(est, '_y_is_1d', None)!r} with {n} outputs.")
 
@@ -429,21 +441,15 @@ def _check_transformer(obj) -> None:
             raise ValueError(f"malformed model file: {name}.{attr} must be {n} finite floats, got {value!r}.")
         if attr == "feature_names_in_" or not isinstance(value, np.ndarray):
             continue
-        if value.dtype.kind != "f" or value.shape != (n,) or not np.isfinite(value).all():
-            raise ValueError(f"malformed model file: {name}.{attr} must be {n} finite floats (one per input "
-                             f"feature), got {value!r}.")
-        if attr == "scale_" and (value <= 0).any():
-            raise ValueError(f"malformed model file: {name}.scale_ holds a scale that is not positive.")
+        _check_floats(value, n, f"{name}.{attr}", "input feature", positive=attr == "scale_")
     for attr, flag in _SCALER_STATISTICS.get(name, {}).items():
         if not isinstance(getattr(obj, attr, None), np.ndarray) and (flag is None or getattr(obj, flag)):
             raise ValueError(f"malformed model file: the {name} lacks its {attr}.")
     if hasattr(obj, "_check_span"):
         if n is None:
             raise ValueError(f"malformed model file: the {name} has no n_features_in_.")
-        try:
+        with _malformed():
             obj._check_span(n)
-        except ValueError as exc:
-            raise ValueError(f"malformed model file: {exc}") from None
 
 
 def _load_device(saved) -> torch.device:
@@ -469,11 +475,9 @@ def _build_estimator(spec: dict, tensors):
     params = _params_back(spec["params"], tensors)
     params.setdefault("standardize_inputs", False)  # written before the estimators standardised their inputs
     est = cls(**params)
-    try:  # the parameters as fit checks them (names, ranges, the sampler's hyperparameters)
+    with _malformed():  # the parameters as fit checks them (names, ranges, the sampler's hyperparameters)
         est._validate_params()
         est._validate_hyperparameters()
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"malformed model file: {exc}") from None
     unknown = sorted(set(spec["fitted"]) - set(_ESTIMATOR_FITTED))
     if unknown:
         raise ValueError(f"malformed model file: it sets {', '.join(map(repr, unknown))}, which are not fitted "
@@ -584,10 +588,8 @@ def _load(spec, tensors, path, return_metadata: bool):
                 raise ValueError(f"the model file names an unknown transformer class {step['class']!r}.")
             obj = cls(**_params_back(step["params"], tensors))
             if hasattr(obj, "_validate_params"):  # (scikit-learn's constraints, as its fit checks them)
-                try:
+                with _malformed():
                     obj._validate_params()
-                except (ValueError, TypeError) as exc:
-                    raise ValueError(f"malformed model file: {exc}") from None
             for attr, value in step["fitted"].items():
                 if not (isinstance(attr, str) and attr.endswith("_") and not attr.startswith("_")):
                     raise ValueError(f"malformed model file: it sets {attr!r} on a {step['class']}, which is not a "
