@@ -35,17 +35,12 @@ def save_model(path: str, model, meta: dict) -> None:
         raise CLIError(f"cannot write the model to {path}: {exc.strerror or exc}.", code=1) from None
 
 
-def _is_safetensors(path: str) -> bool:
-    """Whether ``path`` is laid out as a safetensors file: an 8-byte little-endian header length that fits the
-    file, then the JSON header's ``{``. Checked before the pickle magic: the header length's low bytes can spell
-    it (a header of 24,184 bytes starts ``x^``, zlib's), and a file ``bayesnet fit`` wrote was taken for a
-    pickle."""
-    with open(path, "rb") as fh:
-        head = fh.read(9)
-    if len(head) < 9:
-        return False
-    n = int.from_bytes(head[:8], "little")
-    return head[8:9] == b"{" and 8 + n <= os.path.getsize(path)
+def _is_safetensors(head: bytes, size: int) -> bool:
+    """Whether a file of ``size`` bytes starting with ``head`` (at least its first 9) is laid out as a safetensors
+    file: an 8-byte little-endian header length that fits the file, then the JSON header's ``{``. Checked before
+    the pickle magic: the header length's low bytes can spell it (a header of 24,184 bytes starts ``x^``, zlib's),
+    and a file ``bayesnet fit`` wrote was taken for a pickle."""
+    return len(head) >= 9 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size
 
 
 def load_model(path: str, allow_pickle: bool = False):
@@ -54,11 +49,10 @@ def load_model(path: str, allow_pickle: bool = False):
     from ..io import load
 
     _check_input_file(path, "model file")
-    if not _is_safetensors(path):
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-        if head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
-            return _load_pickle(path, allow_pickle)
+    with open(path, "rb") as fh:
+        head = fh.read(9)
+    if not _is_safetensors(head, os.path.getsize(path)) and head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
+        return _load_pickle(path, allow_pickle)
     try:
         model, meta = load(path, return_metadata=True)
     except ValueError as exc:
@@ -89,19 +83,18 @@ def _check_metadata(path: str, model, meta: dict) -> None:
     if is_classifier(model[-1]) != (meta["task"] == "classification"):
         bad(f"task {meta['task']!r} is not the model's ({type(model[-1]).__name__})")
     target, partial = meta.get("target"), meta.get("partial")
+    n_in = getattr(model, "n_features_in_", None)
     if target is not None and not isinstance(target, str):
         bad(f"target {target!r} is not a column name")
     if partial is not None and not (isinstance(partial, str) and partial.isprintable()):
         bad("partial-fit note is not printable text")
     if meta["task"] == "forecast":
         n_lags = meta.get("n_lags")
-        n_in = getattr(model, "n_features_in_", None)
         if isinstance(n_lags, bool) or not isinstance(n_lags, int) or n_lags < 1 or (n_in is not None
                                                                                   and n_lags != n_in):
             bad(f"window length n_lags={n_lags!r} is not the {n_in or 'positive'} lag columns the model reads")
         return
     features = meta.get("features")
-    n_in = getattr(model, "n_features_in_", None)
     if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)
             and len(set(features)) == len(features) and (n_in is None or len(features) == n_in)):
         bad(f"feature names {features!r} are not {n_in or 'the'} distinct column names the model reads")
