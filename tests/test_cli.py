@@ -2,7 +2,6 @@
 sampling (or, for a fit that stops early, a saved partial model); the MLP, CNN and RNN run end to end."""
 
 import csv
-import json
 import os
 import re
 import signal
@@ -17,6 +16,7 @@ from bayesnet import cli
 import bayesnet.cli.commands  # noqa: F401  (cli.commands)
 from bayesnet.cli import build_parser, main
 from bayesnet.datasets import load_sunspots
+from test_io import _tamper  # a copy of a model file with its specification, tensors or header edited
 
 TINY = ["--n-draws", "5", "--burn-in", "50", "--thinning", "1", "--quiet"]
 
@@ -327,18 +327,13 @@ def test_predict_reads_a_model_whose_header_length_spells_a_pickle_magic(tmp_pat
     """Before: a model file is safetensors, whose first 8 bytes are its header's length; a header of 24,184 bytes
     starts ``x^`` (zlib's magic), and predict refused such a file written by fit as "a joblib (pickle) file". The
     header's size follows the feature names, so wide data sets met it."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
     model, data = fitted
     capsys.readouterr()
-    with safe_open(model, framework="pt") as f:
-        header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
     target = 24184  # b"x^" little-endian
     path = tmp_path / "wide.bayesnet"
 
     def header_length(pad: int) -> int:
-        save_file(tensors, path, metadata={**header, "pad": " " * pad})
+        _tamper(model, path, header_edit=lambda header: header.__setitem__("pad", " " * pad))
         return int.from_bytes(path.read_bytes()[:8], "little")
 
     start = target - header_length(0) - 16  # (each space adds a byte; the header is padded to 8 bytes)
@@ -363,18 +358,13 @@ def test_predict_refuses_metadata_it_cannot_use(tmp_path, capsys, fitted, key, v
     """Before: a model file's metadata was read as given: the wrong number of feature names made predict read
     other columns than the model was fitted on, a number in their place a traceback, and the partial-fit note
     went to the terminal with its escape sequences."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
+    def edit(spec):
+        meta = dict(spec["metadata"]["__dict__"])
+        meta[key] = value
+        spec["metadata"] = {"__dict__": [[k, v] for k, v in meta.items()]}
 
     model, data = fitted
-    with safe_open(model, framework="pt") as f:
-        header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
-    spec = json.loads(header["spec"])
-    meta = dict(spec["metadata"]["__dict__"])
-    meta[key] = value
-    spec["metadata"] = {"__dict__": [[k, v] for k, v in meta.items()]}
-    crafted = tmp_path / "crafted.bayesnet"
-    save_file(tensors, crafted, metadata={**header, "spec": json.dumps(spec)})
+    crafted = _tamper(model, tmp_path / "crafted.bayesnet", edit)
     capsys.readouterr()
     assert main(["predict", str(crafted), "--data", data]) == 2
     err = capsys.readouterr().err
