@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu_check.sh bench    # the other benchmarks' --device cuda modes, shortened to fit a lease
 #   bash benchmarks/gpu_check.sh rnn      # the defaults panel's recurrent rows (MNIST-1D, Mackey-Glass) on the GPU
 #   bash benchmarks/gpu_check.sh diag     # where an estimator's step goes: reads that wait for the GPU, a profile
+#   bash benchmarks/gpu_check.sh auto     # a fit long enough for compile="auto" (CUDA graphs) against eager
 #   bash benchmarks/gpu_check.sh tests peers   # several phases, in order
 #
 # Run it from the repository's root. Each step has its own time limit (tests and peers fill one 10-minute device
@@ -43,8 +44,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
 }
 
 for phase in "${@:-tests}"; do
-    case "$phase" in tests|fit|peers|bench|rnn|diag) ;; *)
-        echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench|rnn|diag ...] (from the repository's root)" >&2
+    case "$phase" in tests|fit|peers|bench|rnn|diag|auto) ;; *)
+        echo "usage: bash benchmarks/gpu_check.sh [tests|fit|peers|bench|rnn|diag|auto ...] (from the repository's root)" >&2
         exit 2 ;;
     esac
 done
@@ -109,6 +110,12 @@ diag)
     # torch's messages about CUDA graphs and recompilations, without their time stamps, counted
     grep -i "cudagraph\|recompil" "$OUT/diag.log" | sed 's/^[A-Z][0-9]\{4\} [^]]*\] //' | sort | uniq -c \
         | sort -rn | head -15
+    ;;
+auto)
+    # compile="auto" on a whole fit past its GPU threshold, eager and auto alternating over two rounds (the second
+    # round's compilation cached); about 2 minutes on an H200 at the sixth lease
+    step compile_auto 240 $PY benchmarks/compile_auto.py --device cuda
+    cat "$OUT/compile_auto.log" | grep "^round"
     ;;
 esac
 done

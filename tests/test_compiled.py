@@ -16,7 +16,7 @@ from sklearn.preprocessing import StandardScaler
 
 import bayesnet.samplers.compiled as compiled_module
 from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor
-from bayesnet.samplers.compiled import COMPILE_MIN_STEPS, CompiledTransition
+from bayesnet.samplers.compiled import COMPILE_MIN_STEPS, COMPILE_MIN_STEPS_CUDA, CompiledTransition, compile_decision
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,36 @@ def test_the_compiled_transition_gives_the_eager_draws_on_cuda(cancer, mode):
     for name in ("potential", "kinetic_temperature"):
         np.testing.assert_allclose(fb[name][:, after], fa[name][:, after], rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(fast.predict_proba(X), eager.predict_proba(X), atol=1e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("sampler,extra", [("sgld", {}), ("sgnht", {}), ("baoab", {}),
+                                           ("eqn", {"sampler__covariance_interval": 50, "sampler__step_size": 0.01}),
+                                           ("tacthmc", {"sampler__steps_per_sample": 10,
+                                                        "sampler__resample_momentum": True}),
+                                           ("hmc", {"batch_size": -1, "thinning": 1}),
+                                           ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4})],
+                         ids=["sgld", "sgnht", "baoab", "eqn", "tacthmc", "hmc", "pt-langevin"])
+def test_auto_on_a_gpu_compiles_with_cuda_graphs_and_gives_the_eager_draws(cancer, monkeypatch, sampler, extra):
+    """``compile="auto"`` on a GPU, its threshold lowered to this short run: CUDA graphs for every compiling
+    sampler (sghmc above), their outputs copied out before the next replay (hmc repeats its compiled leapfrog
+    step within a transition, pt-langevin its compiled gradient), no graph skipped, and the first draws those
+    of the eager fit, within the CUDA sghmc test's tolerance (eqn's ten times wider, as on the CPU)."""
+    from torch._dynamo.utils import counters
+
+    X, y = cancer
+    params = {**dict(hidden_layer_sizes=(8,), sampler=sampler, burn_in=100, n_draws=5, n_chains=2, batch_size=64,
+                     random_state=0, standardize_inputs=False, device="cuda"), **extra}
+    eager = _fit(BayesianMLPClassifier(compile=False, **params), X, y)
+    monkeypatch.setattr(compiled_module, "COMPILE_MIN_STEPS_CUDA", 1)
+    counters.clear()
+    fast = _fit(BayesianMLPClassifier(compile="auto", **params), X, y)
+    assert fast.compiled_step_ is not None and fast.compiled_step_.fallback is None, fast.fit_status_
+    assert fast.fit_status_["compiled"].startswith("compiled with CUDA graphs")
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    a, b = eager.trace_.as_array(), fast.trace_.as_array()
+    assert np.isfinite(b).all()
+    assert np.abs(a - b).max() <= (1e-3 if sampler == "eqn" else 1e-4) * np.abs(a).max()
 
 
 #: every sampler that declares a pure transition, with each of its step compositions
@@ -250,6 +280,23 @@ def test_auto_compiles_only_runs_that_repay_it(cancer):
     other = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), sampler=EagerSGLD, burn_in=20, n_draws=5,
                                        compile=True, random_state=0), X, y)
     assert other.compiled_step_ is None and "no pure transition" in other.fit_status_["compiled"]
+
+
+def test_auto_uses_cuda_graphs_on_a_gpu_from_its_own_threshold(cancer):
+    """The decision alone (no GPU needed): on a GPU "auto" compiles from COMPILE_MIN_STEPS_CUDA steps on, with
+    CUDA graphs; on the CPU from COMPILE_MIN_STEPS, in torch's default mode; True always, in the default mode."""
+    X, y = cancer
+    est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=20, n_draws=5, random_state=0), X, y)
+    args = est.sampler_, est.posterior_
+    assert COMPILE_MIN_STEPS_CUDA < COMPILE_MIN_STEPS
+    ok, why, options = compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA, torch.device("cuda", 1))
+    assert ok and options == {"mode": "reduce-overhead"} and "CUDA graphs" in why
+    ok, why, options = compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA - 1, "cuda")
+    assert not ok and options == {} and str(COMPILE_MIN_STEPS_CUDA) in why
+    assert compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA, "cpu")[0] is False
+    assert compile_decision("auto", *args, COMPILE_MIN_STEPS, "cpu") == (True, "compiled", {})
+    assert compile_decision(True, *args, 1, "cuda") == (True, "compiled", {})
+    assert compile_decision(False, *args, 10**6, "cuda") == (False, "compile=False", {})
 
 
 def test_compile_is_validated(cancer):

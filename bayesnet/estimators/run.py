@@ -392,9 +392,9 @@ def prepare_compiled(net) -> None:
 
     warm_until = max(int(net.sampler_.adaptation_length()), int(net.sampler_state_.step))
     after = max(int(net.steps_planned_total_) - warm_until, 0)
-    ok, why = compile_decision(net.compile, net.sampler_, net.posterior_, after)
+    ok, why, chosen = compile_decision(net.compile, net.sampler_, net.posterior_, after, net.device_)
     net.compiled_step_ = (CompiledTransition(net.sampler_, net.posterior_, net.sampler_state_.layout,
-                                             options=net.get_params_for("compile")) if ok else None)
+                                             options={**chosen, **net.get_params_for("compile")}) if ok else None)
     net.fit_status_["compiled"] = why
 
 
@@ -669,7 +669,8 @@ def finish_call(net, interrupted: bool) -> None:
     status = net.fit_status_
     compiled = net.__dict__.get("compiled_step_")
     if compiled is not None:
-        status["compiled"] = "compiled" if compiled.fallback is None else f"eager after: {compiled.fallback}"
+        if compiled.fallback is not None:  # (while compiled, the decision's own words: "compiled", with graphs)
+            status["compiled"] = f"eager after: {compiled.fallback}"
         net.diagnostics_["compile_seconds"] = compiled.compile_seconds
     trace = net.trace_
     status.update(steps_taken=int(net.sampler_state_.step), steps_planned=int(net.steps_planned_total_),

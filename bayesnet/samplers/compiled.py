@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "compile_decision", "potential_gradients",
-           "write_back"]
+__all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "COMPILE_MIN_STEPS_CUDA", "compile_decision",
+           "potential_gradients", "write_back"]
 
 #: with ``compile="auto"``, a run compiles only when it has at least this many steps after its warm-up.
 #: Measured (``benchmarks/compile_step.py``, one busy CPU core), 2026-11-23: the compiled SGHMC step saved 0.3-1.1 ms
@@ -56,6 +56,17 @@ __all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "comp
 #: its burn-in (up to 20,000 steps, from 12,673 rows on), where a compilation would now cost 3-9 s and save
 #: little or nothing: the threshold is above that.
 COMPILE_MIN_STEPS = 50_000
+
+#: with ``compile="auto"`` on a GPU, a run compiles, with CUDA graphs (torch's ``mode="reduce-overhead"``: the whole
+#: step replayed as one launch), when it has at least this many steps after its warm-up. On a GPU a small network's
+#: step is the host's launch time, which the graphs remove. Measured on the 784-100-10 MLP's SGHMC step inside a
+#: fit (batch 128, one chain): on an H100 (``benchmarks/gpu_check.sh peers``) the graphs took it from 1603 to 1020
+#: µs for 5.8 s more of compilation and setup at the fifth lease, from 1106 to 652 µs for 6.6 s at the sixth
+#: (repaid after 10,000-14,500 steps); on an H200, a whole fit of 18,095 steps (2026-11-27, the sixth lease's
+#: second machine): 27.0-28.6 s eager, 31.6 s with graphs compiled from a cold cache (11.7 s of compilation, 0.6 ms
+#: saved a step: repaid after about 25,600 steps), 17.5 s when the compilation was cached (a second fit in the same
+#: process, as in a grid search). The threshold is the cold case's, so that "auto" never makes a fit much slower.
+COMPILE_MIN_STEPS_CUDA = 25_000
 
 
 def potential_gradients(potentials):
@@ -109,18 +120,31 @@ class CompiledPotential:
         return getattr(self._potential, name)
 
 
-def compile_decision(setting, sampler, potential, steps_after_warmup: int) -> tuple[bool, str]:
-    """Whether to compile, and why: ``setting`` is the estimators' ``compile`` (False, True or "auto")."""
+def compile_decision(setting, sampler, potential, steps_after_warmup: int,
+                     device: torch.device | str = "cpu") -> tuple[bool, str, dict]:
+    """Whether to compile, why, and the ``torch.compile`` options the decision adds (under the user's
+    ``compile__*``): ``setting`` is the estimators' ``compile`` (False, True or "auto"), ``device`` the fit's.
+
+    ``"auto"`` compiles runs of at least :data:`COMPILE_MIN_STEPS` steps after the warm-up on a CPU, in torch's
+    default mode; on a GPU runs of at least :data:`COMPILE_MIN_STEPS_CUDA`, with CUDA graphs
+    (``mode="reduce-overhead"``). True compiles every run, in torch's default mode."""
     if setting is None or (setting != "auto" and not bool(setting)):
-        return False, "compile=False"
+        return False, "compile=False", {}
     if not getattr(type(sampler), "compiles", False):
-        return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)"
+        return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)", {}
     if getattr(potential, "functional", lambda: None)() is None:
-        return False, "the potential has no pure form (a prior or likelihood without batched closed forms)"
-    if setting == "auto" and steps_after_warmup < COMPILE_MIN_STEPS:
+        return False, "the potential has no pure form (a prior or likelihood without batched closed forms)", {}
+    if setting != "auto":
+        return True, "compiled", {}
+    cuda = torch.device(device).type == "cuda"
+    least = COMPILE_MIN_STEPS_CUDA if cuda else COMPILE_MIN_STEPS
+    if steps_after_warmup < least:
         return False, (f"compile='auto': {steps_after_warmup} steps after the warm-up would not repay the "
-                       f"compilation (below {COMPILE_MIN_STEPS})")
-    return True, "compiled"
+                       f"compilation (below {least}{' on a GPU' if cuda else ''})"), {}
+    if cuda:
+        return True, "compiled with CUDA graphs (compile='auto' on a GPU: mode='reduce-overhead')", \
+            {"mode": "reduce-overhead"}
+    return True, "compiled", {}
 
 
 def compile_options(options: dict | None) -> dict:

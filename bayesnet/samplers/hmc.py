@@ -235,8 +235,10 @@ class HMC(Sampler):
                 # compiled steps' (per-tensor gradients' strides differ between the two: a second graph)
                 position, momentum, grad = start, flat, flatten(list(grad), layout)
                 for _ in range(n_steps):
-                    position, momentum, grad, u1 = leapfrog(position, momentum, grad, kick, drift, X, y, factors,
-                                                            offset)
+                    out = leapfrog(position, momentum, grad, kick, drift, X, y, factors, offset)
+                    # copied out: under CUDA graphs the next call's replay overwrites a compiled function's
+                    # outputs, and these are its next inputs (on a CPU, one copy of the state per leapfrog step)
+                    position, momentum, grad, u1 = [t.clone() for t in out[0]], *(t.clone() for t in out[1:])
                 write_back(state, position, momentum)
         h1 = u1 + (flat * flat * weight).sum(-1)
         # Metropolis-Hastings test, separately for every chain
