@@ -205,7 +205,9 @@ ATTRIBUTES_DOC = """
         ``intra_op_threads``: the torch CPU threads the run used (one when a
         step is below ``bayesnet.estimators.run.THREAD_WORK`` floating-point
         operations, else the caller's setting, which is restored after), and
-        ``compiled``: "compiled" or why the transition ran eagerly.
+        ``compiled``: "compiled" ("compiled with CUDA graphs ..." where
+        ``compile="auto"`` chose them on a GPU) or why the transition ran
+        eagerly.
     compiled_step_ : bayesnet.samplers.compiled.CompiledTransition or None
         The compiled transition of this fit (``compile_seconds``, the time
         its compilations took; ``fallback``, why it runs eagerly after a
