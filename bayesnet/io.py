@@ -15,12 +15,19 @@ saved one (round trips give identical predictions); it holds the draws, not the 
 name with its hyperparameters as ``sampler__*`` parameters (what ``get_params`` of the loaded estimator
 shows). The per-step statistics and skorch's history are not written: a file's size grows with the draws
 kept, never with the run's length.
+
+The header holds a SHA-256 checksum of the specification and of every tensor (its name, dtype, shape and bytes),
+which :func:`load` checks before it believes anything: a file damaged on a disk or in a transfer (a flipped bit
+that leaves a weight finite, which no other check would see) is refused. It is a checksum, not a signature: whoever
+edits a file can write a new one, so the checks of the contents below still stand on their own. Files written
+before the checksum (no ``sha256`` entry) load without it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import json
 import os
 import numpy as np
@@ -240,15 +247,32 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     else:
         spec = {"kind": "estimator", "estimator": _estimator_spec(model, enc, "estimator")}
     spec["metadata"] = enc.value(metadata or {}, "metadata")
-    header = {"format": FORMAT, "version": str(VERSION), "spec": json.dumps(spec)}
+    tensors = {k: v.contiguous() for k, v in enc.tensors.items()}
+    text = json.dumps(spec)
+    header = {"format": FORMAT, "version": str(VERSION), "spec": text, "sha256": _checksum(text, tensors)}
     path = os.fspath(path)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        save_file({k: v.contiguous() for k, v in enc.tensors.items()}, tmp, metadata=header)
+        save_file(tensors, tmp, metadata=header)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+class _NotAModelFile(ValueError):
+    """A file that is not a bayesnet model file at all (not safetensors, or another safetensors file), as against
+    a model file that is damaged, crafted or from a newer version (plain ValueError): the CLI words them apart."""
+
+
+def _checksum(spec: str, tensors: dict) -> str:
+    """SHA-256 over the specification's JSON text and every tensor by name: its name, dtype, shape and bytes."""
+    digest = hashlib.sha256(spec.encode("utf-8"))
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        digest.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode("utf-8"))
+        digest.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    return digest.hexdigest()
 
 
 def _read(path):
@@ -261,12 +285,16 @@ def _read(path):
     except (SafetensorError, OSError, ValueError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise
-        raise ValueError(f"{os.fspath(path)} is not a bayesnet model file ({exc}).") from None
+        raise _NotAModelFile(f"{os.fspath(path)} is not a bayesnet model file ({exc}).") from None
     if header.get("format") != FORMAT:
-        raise ValueError(f"{os.fspath(path)} is a safetensors file but not a bayesnet model file.")
+        raise _NotAModelFile(f"{os.fspath(path)} is a safetensors file but not a bayesnet model file.")
     if int(header.get("version", 0)) > VERSION:
         raise ValueError(f"{os.fspath(path)} was written by a newer bayesnet (format version {header['version']}); "
                          "upgrade bayesnet to read it.")
+    if "sha256" in header and (not isinstance(header.get("spec"), str)
+                               or _checksum(header["spec"], tensors) != header["sha256"]):
+        raise ValueError(f"{os.fspath(path)} is a damaged bayesnet model file: its contents do not match the "
+                         "checksum written with them (changed on a disk or in a transfer, or edited).")
     try:
         return json.loads(header["spec"]), tensors
     except (KeyError, ValueError, RecursionError) as exc:

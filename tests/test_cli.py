@@ -371,6 +371,24 @@ def test_predict_refuses_metadata_it_cannot_use(tmp_path, capsys, fitted, key, v
     assert err.startswith("error: ") and "malformed bayesnet model file" in err and message in err
 
 
+def test_predict_names_a_damaged_or_newer_model_file_as_such(tmp_path, capsys, fitted):
+    """A model file that fails its checksum, or comes from a newer version, is a bayesnet model file with a
+    problem, not 'not a bayesnet model file' (the CLI chose between the two by the error's text before)."""
+    def flip(tensors):
+        name = next(k for k, v in tensors.items() if v.dtype == torch.float32 and v.numel() > 100)
+        tensors[name].reshape(-1).view(torch.int32)[3] ^= 1
+
+    model, data = fitted
+    cases = {"damaged bayesnet model file": dict(tensor_edit=flip, checksum=False),
+             "written by a newer bayesnet": dict(header_edit=lambda h: h.__setitem__("version", "99"))}
+    for message, edit in cases.items():
+        path = _tamper(model, tmp_path / "m.bayesnet", **edit)
+        capsys.readouterr()
+        assert main(["predict", str(path), "--data", data]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and "not a bayesnet model file" not in err
+
+
 @pytest.mark.parametrize("content", [b"a,b,c\n1,2,3\n", b"", b"\x00\x01garbage"], ids=["csv", "empty", "binary"])
 def test_predict_on_a_file_that_is_not_a_model(tmp_path, capsys, good_csv, content):
     path = tmp_path / "not-a-model.joblib"

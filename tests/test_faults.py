@@ -766,7 +766,7 @@ def test_bad_calls_on_a_fitted_estimator(small_fits, iris, tmp_path):
     small_fits[0].save(path)
     with safe_open(str(path), "pt") as f:
         header = dict(f.metadata())
-    save_file(load_file(str(path)), str(newer), metadata={**header, "version": "99"})
+    save_file(load_file(str(path)), str(newer), metadata={**header, "version": "99"})  # (checked before the sum)
     with pytest.raises(ValueError, match=r"written by a newer bayesnet \(format version 99\); upgrade bayesnet"):
         bayesnet.load(newer)
 

@@ -84,10 +84,13 @@ def test_the_file_size_follows_the_draws_not_the_run(tmp_path):
     assert abs(sizes[1] - sizes[0]) < 200, sizes  # a few digits of the diagnostics, not the 3000 steps
 
 
-def _tamper(src, dst, spec_edit=None, tensor_edit=None, header_edit=None):
-    """A copy of model file ``src`` at ``dst`` with its specification, tensors or header edited."""
+def _tamper(src, dst, spec_edit=None, tensor_edit=None, header_edit=None, checksum=True):
+    """A copy of model file ``src`` at ``dst`` with its specification, tensors or header edited, and (unless
+    ``checksum=False``) its checksum written anew, as a deliberate editor would: what the content checks see."""
     from safetensors import safe_open
     from safetensors.torch import save_file
+
+    from bayesnet.io import _checksum
 
     with safe_open(str(src), framework="pt") as f:
         header, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
@@ -96,8 +99,44 @@ def _tamper(src, dst, spec_edit=None, tensor_edit=None, header_edit=None):
     tensor_edit and tensor_edit(tensors)
     header["spec"] = json.dumps(spec)
     header_edit and header_edit(header)
+    if checksum:
+        header["sha256"] = _checksum(header["spec"], tensors)
     save_file(tensors, str(dst), metadata=header)
     return dst
+
+
+def test_a_damaged_file_is_refused_by_its_checksum(tmp_path):
+    """One flipped bit in a draw's mantissa leaves it finite and in shape: before the checksum the model loaded
+    and predicted other numbers, silently. Now it, a changed character in the specification, and an emptied
+    checksum are each refused as a damaged file; the same edits with the checksum written anew load (what the
+    content checks must then catch, tested below), and a file from before the checksum (no entry) loads as it
+    did."""
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    est = BayesianMLPClassifier((4,), n_draws=3, burn_in=10, random_state=0).fit(X, y)
+    src = tmp_path / "m.bayesnet"
+    est.save(src)
+
+    def flip(tensors):
+        name = next(k for k, v in tensors.items() if v.dtype == torch.float32 and v.numel() > 100)
+        bits = tensors[name].reshape(-1).view(torch.int32)
+        bits[7] ^= 1  # the lowest mantissa bit of one weight
+        assert torch.isfinite(tensors[name]).all()
+
+    def spec_text(header):
+        header["spec"] = header["spec"].replace('"n_draws": 3', '"n_draws": 4')
+
+    cases = {"flipped bit": dict(tensor_edit=flip), "edited spec": dict(header_edit=spec_text),
+             "checksum emptied": dict(header_edit=lambda h: h.__setitem__("sha256", ""))}
+    for name, edit in cases.items():
+        bad = _tamper(src, tmp_path / "bad.bayesnet", checksum=False, **edit)
+        with pytest.raises(ValueError, match="damaged bayesnet model file: its contents do not match the checksum"):
+            bayesnet.load(bad)
+    flipped = bayesnet.load(_tamper(src, tmp_path / "rewritten.bayesnet", tensor_edit=flip))
+    assert not np.array_equal(flipped.predict_proba(X), est.predict_proba(X))  # (power: the bit changes output)
+    older = bayesnet.load(_tamper(src, tmp_path / "old.bayesnet", checksum=False,
+                                  header_edit=lambda h: h.pop("sha256")))
+    np.testing.assert_array_equal(older.predict_proba(X), est.predict_proba(X))
 
 
 def test_loading_never_builds_what_the_file_names_outside_the_allowlist(tmp_path):

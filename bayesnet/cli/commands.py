@@ -46,7 +46,7 @@ def _is_safetensors(head: bytes, size: int) -> bool:
 def load_model(path: str, allow_pickle: bool = False):
     """Read ``(model, meta)`` from a file written by :func:`save_model` (no code runs while reading it); a
     joblib/pickle file of an earlier version only with ``allow_pickle``."""
-    from ..io import load
+    from ..io import _NotAModelFile, load
 
     _check_input_file(path, "model file")
     with open(path, "rb") as fh:
@@ -55,11 +55,11 @@ def load_model(path: str, allow_pickle: bool = False):
         return _load_pickle(path, allow_pickle)
     try:
         model, meta = load(path, return_metadata=True)
-    except ValueError as exc:
-        if "malformed" in str(exc):  # (a model file, crafted or damaged)
-            raise CLIError(f"{path}: {exc}") from None
+    except _NotAModelFile as exc:
         raise CLIError(f"{path} is not a bayesnet model file; give the file written by `bayesnet fit --output` "
                        f"({exc}).") from None
+    except ValueError as exc:  # a model file, but damaged, crafted or from a newer version: io's words
+        raise CLIError(f"{path}: {exc}") from None
     if not (isinstance(meta, dict) and meta.get("task") in _TASKS):
         raise CLIError(f"{path} is a bayesnet model file, but not one written by `bayesnet fit` (it lacks the "
                        "command's metadata: task, features).")
