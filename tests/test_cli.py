@@ -302,6 +302,16 @@ def test_help_shows_a_default_for_every_option(capsys):
 # ---------------------------------------------------------------------- #
 # model files
 # ---------------------------------------------------------------------- #
+@pytest.mark.parametrize("compress", [0, "zlib", "gzip", "bz2", "xz", "lzma"])
+def test_every_joblib_compressor_is_recognised_as_a_pickle(tmp_path, capsys, good_csv, compress):
+    """A joblib file is refused as a pickle (the --allow-pickle message), whichever compressor wrote it; before,
+    joblib's "lzma" output (the .lzma format, not .xz) was called 'not a bayesnet model file'."""
+    path = tmp_path / "old.joblib"
+    joblib.dump({"model": None, "meta": {}}, path, compress=(compress, 3) if compress else 0)
+    assert main(["predict", str(path), "--data", good_csv]) == 2
+    assert "is a joblib (pickle) file" in capsys.readouterr().err
+
+
 def test_predict_refuses_a_pickle_without_allow_pickle_and_runs_no_code(tmp_path, capsys, good_csv):
     """fit writes bayesnet's own format, which holds no code; a pickle (an earlier version's file, or anyone's)
     is read only with --allow-pickle."""

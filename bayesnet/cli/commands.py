@@ -21,7 +21,8 @@ from .models import _build_pipeline, _check_shape, _cli_words, _fit_settings, _o
 # ---------------------------------------------------------------------- #
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")  # pickle protocol 2-5 (uncompressed joblib)
 _COMPRESSED_MAGIC = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda", b"\x1f\x8b", b"BZh", b"\xfd7zXZ",
-                     b"\x04\x22\x4d\x18")  # joblib's zlib, gzip, bz2, xz and lz4 compressors
+                     b"]\x00\x00", b"\x04\x22\x4d\x18")  # joblib's zlib, gzip, bz2, xz, lzma (the .lzma header:
+# its properties byte, then the dictionary size, 64 KiB-64 MiB little-endian) and lz4 compressors
 
 
 def save_model(path: str, model, meta: dict) -> None:
