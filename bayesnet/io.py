@@ -275,6 +275,15 @@ def _checksum(spec: str, tensors: dict) -> str:
     return digest.hexdigest()
 
 
+def _names_the_format(path) -> bool:
+    """Whether the file's first bytes (where safetensors keeps its JSON header) name this format."""
+    try:
+        with open(path, "rb") as fh:
+            return f'"{FORMAT}"'.encode() in fh.read(1 << 16)
+    except OSError:
+        return False
+
+
 def _read(path):
     from safetensors import SafetensorError, safe_open
 
@@ -285,10 +294,18 @@ def _read(path):
     except (SafetensorError, OSError, ValueError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise
+        if not isinstance(exc, OSError) and _names_the_format(path):  # a model file cut short, or its layout broken
+            raise ValueError(f"{os.fspath(path)} is a damaged bayesnet model file: it cannot be read as safetensors "
+                             f"({exc}; cut short in a transfer?).") from None
         raise _NotAModelFile(f"{os.fspath(path)} is not a bayesnet model file ({exc}).") from None
     if header.get("format") != FORMAT:
         raise _NotAModelFile(f"{os.fspath(path)} is a safetensors file but not a bayesnet model file.")
-    if int(header.get("version", 0)) > VERSION:
+    try:
+        version = int(header.get("version", 0))
+    except (TypeError, ValueError):
+        raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its format version "
+                         f"{str(header.get('version'))[:20]!r} is not a number).") from None
+    if version > VERSION:
         raise ValueError(f"{os.fspath(path)} was written by a newer bayesnet (format version {header['version']}); "
                          "upgrade bayesnet to read it.")
     if "sha256" in header and (not isinstance(header.get("spec"), str)
@@ -579,7 +596,8 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If the file is not a bayesnet model file, was written by a newer version, names a class or function
+        If the file is not a bayesnet model file, is damaged (its contents do not match the checksum written
+        with them, or it is cut short), was written by a newer version, names a class or function
         outside the allowlist, or is malformed: parameters out of their ranges, draws that do not fit the network
         it describes or are not finite, bookkeeping or fitted attributes that do not fit the draws or the
         outputs, a value of the wrong type or a missing entry.

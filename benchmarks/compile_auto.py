@@ -10,7 +10,7 @@ compilation cached (as the fits of a grid search do). Printed per fit: the wall 
 (``fit_status_["compiled"]``), the compilation's seconds and the training accuracy on 5,000 rows; then how far the
 two fits' draws part (the first five draws, all draws; relative to the draws' largest magnitude).
 
-    python benchmarks/compile_auto.py --device cuda      # about 2 minutes on an H200
+    python benchmarks/compile_auto.py --device cuda      # about 3 minutes on an H200 (estimated from 18,095 steps)
     python benchmarks/compile_auto.py --quick            # a short smoke run (below the threshold: both eager)
 """
 

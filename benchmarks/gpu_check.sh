@@ -113,8 +113,8 @@ diag)
     ;;
 auto)
     # compile="auto" on a whole fit past its GPU threshold, eager and auto alternating over two rounds (the second
-    # round's compilation cached); about 2 minutes on an H200 at the sixth lease
-    step compile_auto 240 $PY benchmarks/compile_auto.py --device cuda
+    # round's compilation cached); about 3 minutes on an H200 (estimated from the sixth lease's shorter fits)
+    step compile_auto 300 $PY benchmarks/compile_auto.py --device cuda
     cat "$OUT/compile_auto.log" | grep "^round"
     ;;
 esac

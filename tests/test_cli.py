@@ -397,6 +397,11 @@ def test_predict_names_a_damaged_or_newer_model_file_as_such(tmp_path, capsys, f
         assert main(["predict", str(path), "--data", data]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and "not a bayesnet model file" not in err
+    cut = tmp_path / "cut.bayesnet"  # cut short in a transfer
+    cut.write_bytes(open(model, "rb").read()[:-64])
+    assert main(["predict", str(cut), "--data", data]) == 2
+    err = capsys.readouterr().err
+    assert "damaged bayesnet model file" in err and "not a bayesnet model file" not in err
 
 
 @pytest.mark.parametrize("content", [b"a,b,c\n1,2,3\n", b"", b"\x00\x01garbage"], ids=["csv", "empty", "binary"])

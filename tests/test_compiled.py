@@ -297,6 +297,14 @@ def test_auto_uses_cuda_graphs_on_a_gpu_from_its_own_threshold(cancer):
     assert compile_decision("auto", *args, COMPILE_MIN_STEPS, "cpu") == (True, "compiled", {})
     assert compile_decision(True, *args, 1, "cuda") == (True, "compiled", {})
     assert compile_decision(False, *args, 10**6, "cuda") == (False, "compile=False", {})
+    # the user's own choice of how to compile stands, and the status does not claim graphs it did not ask for
+    # (before: mode="reduce-overhead" was added beside compile__options, which torch.compile refuses, and the
+    # status said "CUDA graphs" under compile__mode="default")
+    for user in ({"mode": "default"}, {"options": {"max_autotune": False}}, {"backend": "eager"}):
+        assert compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA, "cuda", user) == (True, "compiled", user)
+    ok, _, options = compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA, "cuda", {"dynamic": True})
+    assert options == {"dynamic": True, "mode": "reduce-overhead"}
+    torch.compile(lambda x: x, **compiled_module.compile_options(options))  # (torch takes the merged options)
 
 
 def test_compile_is_validated(cancer):

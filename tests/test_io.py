@@ -134,6 +134,12 @@ def test_a_damaged_file_is_refused_by_its_checksum(tmp_path):
             bayesnet.load(bad)
     flipped = bayesnet.load(_tamper(src, tmp_path / "rewritten.bayesnet", tensor_edit=flip))
     assert not np.array_equal(flipped.predict_proba(X), est.predict_proba(X))  # (power: the bit changes output)
+    cut = tmp_path / "cut.bayesnet"  # cut short in a transfer: not 'not a bayesnet model file'
+    cut.write_bytes(src.read_bytes()[:-100])
+    with pytest.raises(ValueError, match="damaged bayesnet model file: it cannot be read as safetensors"):
+        bayesnet.load(cut)
+    with pytest.raises(ValueError, match="malformed bayesnet model file \\(its format version 'x'"):
+        bayesnet.load(_tamper(src, tmp_path / "v.bayesnet", header_edit=lambda h: h.__setitem__("version", "x")))
     older = bayesnet.load(_tamper(src, tmp_path / "old.bayesnet", checksum=False,
                                   header_edit=lambda h: h.pop("sha256")))
     np.testing.assert_array_equal(older.predict_proba(X), est.predict_proba(X))

@@ -52,11 +52,13 @@ CASES = [
 
 
 # The full-batch linear-regression rows (the longest, 14-16 s each), the ill-conditioned 10-D rows (8-10 s each on
-# a 2-core machine, 36 s in all) and sgld's and sgnht's mini-batch linear regression (18-20 s each on the 2-core AMD
-# machine) run with -m slow; the correlated Gaussian of every sampler, sgnht's with injected gradient noise, and
-# sghmc's mini-batch linear regression (the real mini-batch noise) stay in the default run (which must stay under
-# about 10 minutes on 2 cores).
-SLOW_CASES = {2, 3, 4, 7, 8, 13, 14, 15, 16, 17}
+# a 2-core machine, 36 s in all), sgld's and sgnht's mini-batch linear regression (18-20 s each on the 2-core AMD
+# machine) and baoab's GLA2 and GLA1 schemes on the correlated Gaussian (9-11 s each; the default run checks both
+# schemes' order of accuracy in test_integrator_order.py and their compiled steps in test_compiled.py) run with
+# -m slow; the correlated Gaussian of every sampler (baoab in its BAOAB scheme), sgnht's with injected gradient
+# noise, and sghmc's mini-batch linear regression (the real mini-batch noise) stay in the default run (which must
+# stay under about 10 minutes on 2 cores).
+SLOW_CASES = {2, 3, 4, 7, 8, 11, 12, 13, 14, 15, 16, 17}
 
 
 @pytest.mark.parametrize("name,hyper,make_target,steps,burn_in",

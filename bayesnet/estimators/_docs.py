@@ -129,8 +129,9 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         True compiles shorter hmc runs that repay it); on a GPU "auto"
         compiles runs of at least 25,000 steps after the warm-up, with CUDA
         graphs (``mode="reduce-overhead"``, which removes the launch time
-        that dominates a small network's step there; ``compile__mode``
-        overrides it), False never. A
+        that dominates a small network's step there, unless
+        ``compile__mode``, ``compile__options`` or ``compile__backend``
+        choose how to compile), False never. A
         compiled step is the eager step up to float rounding (along a long
         run the rounding can grow, as between any two machines); a failing compiler
         warns once and the run continues eagerly. ``compile__*`` parameters

@@ -392,9 +392,10 @@ def prepare_compiled(net) -> None:
 
     warm_until = max(int(net.sampler_.adaptation_length()), int(net.sampler_state_.step))
     after = max(int(net.steps_planned_total_) - warm_until, 0)
-    ok, why, chosen = compile_decision(net.compile, net.sampler_, net.posterior_, after, net.device_)
+    ok, why, options = compile_decision(net.compile, net.sampler_, net.posterior_, after, net.device_,
+                                        net.get_params_for("compile"))
     net.compiled_step_ = (CompiledTransition(net.sampler_, net.posterior_, net.sampler_state_.layout,
-                                             options={**chosen, **net.get_params_for("compile")}) if ok else None)
+                                             options=options) if ok else None)
     net.fit_status_["compiled"] = why
 
 

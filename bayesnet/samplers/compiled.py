@@ -63,8 +63,10 @@ COMPILE_MIN_STEPS = 50_000
 #: fit (batch 128, one chain): on an H100 (``benchmarks/gpu_check.sh peers``) the graphs took it from 1603 to 1020
 #: µs for 5.8 s more of compilation and setup at the fifth lease, from 1106 to 652 µs for 6.6 s at the sixth
 #: (repaid after 10,000-14,500 steps); on an H200, a whole fit of 18,095 steps (2026-11-27, the sixth lease's
-#: second machine): 27.0-28.6 s eager, 31.6 s with graphs compiled from a cold cache (11.7 s of compilation, 0.6 ms
-#: saved a step: repaid after about 25,600 steps), 17.5 s when the compilation was cached (a second fit in the same
+#: second machine; 16,000 steps after the warm-up): 27.0-28.6 s eager, 31.6 s with graphs compiled from a cold cache,
+#: 17.5 s when the compilation was cached. The graphs save about 0.7 ms a step (11.1 s over the 16,000), and the cold
+#: compilation and setup cost about 15 s (11.7 s of it compiling): repaid after about 22,000 steps, rounded up here;
+#: a cached compilation repays at once (a second fit in the same
 #: process, as in a grid search). The threshold is the cold case's, so that "auto" never makes a fit much slower.
 COMPILE_MIN_STEPS_CUDA = 25_000
 
@@ -120,31 +122,39 @@ class CompiledPotential:
         return getattr(self._potential, name)
 
 
-def compile_decision(setting, sampler, potential, steps_after_warmup: int,
-                     device: torch.device | str = "cpu") -> tuple[bool, str, dict]:
-    """Whether to compile, why, and the ``torch.compile`` options the decision adds (under the user's
-    ``compile__*``): ``setting`` is the estimators' ``compile`` (False, True or "auto"), ``device`` the fit's.
+#: the ``compile__*`` keys by which a user chooses how to compile: with any of them, "auto" adds no mode of its own
+#: (``torch.compile`` refuses ``mode`` beside ``options``, and another backend may take no mode)
+_USER_CHOICES = ("mode", "options", "backend")
+
+
+def compile_decision(setting, sampler, potential, steps_after_warmup: int, device: torch.device | str = "cpu",
+                     options: dict | None = None) -> tuple[bool, str, dict]:
+    """Whether to compile, why, and the options for ``torch.compile`` (through :func:`compile_options`):
+    ``setting`` is the estimators' ``compile`` (False, True or "auto"), ``device`` the fit's and ``options`` the
+    user's ``compile__*`` parameters.
 
     ``"auto"`` compiles runs of at least :data:`COMPILE_MIN_STEPS` steps after the warm-up on a CPU, in torch's
     default mode; on a GPU runs of at least :data:`COMPILE_MIN_STEPS_CUDA`, with CUDA graphs
-    (``mode="reduce-overhead"``). True compiles every run, in torch's default mode."""
+    (``mode="reduce-overhead"``) unless ``options`` choose a ``mode``, ``options`` or ``backend`` themselves.
+    True compiles every run as ``options`` say (torch's default mode without them)."""
+    options = dict(options or {})
     if setting is None or (setting != "auto" and not bool(setting)):
-        return False, "compile=False", {}
+        return False, "compile=False", options
     if not getattr(type(sampler), "compiles", False):
-        return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)", {}
+        return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)", options
     if getattr(potential, "functional", lambda: None)() is None:
-        return False, "the potential has no pure form (a prior or likelihood without batched closed forms)", {}
+        return False, "the potential has no pure form (a prior or likelihood without batched closed forms)", options
     if setting != "auto":
-        return True, "compiled", {}
+        return True, "compiled", options
     cuda = torch.device(device).type == "cuda"
     least = COMPILE_MIN_STEPS_CUDA if cuda else COMPILE_MIN_STEPS
     if steps_after_warmup < least:
         return False, (f"compile='auto': {steps_after_warmup} steps after the warm-up would not repay the "
-                       f"compilation (below {least}{' on a GPU' if cuda else ''})"), {}
-    if cuda:
+                       f"compilation (below {least}{' on a GPU' if cuda else ''})"), options
+    if cuda and not any(key in options for key in _USER_CHOICES):
         return True, "compiled with CUDA graphs (compile='auto' on a GPU: mode='reduce-overhead')", \
-            {"mode": "reduce-overhead"}
-    return True, "compiled", {}
+            {**options, "mode": "reduce-overhead"}
+    return True, "compiled", options
 
 
 def compile_options(options: dict | None) -> dict:
