@@ -65,9 +65,9 @@ COMPILE_MIN_STEPS = 50_000
 #: (repaid after 10,000-14,500 steps); on an H200, a whole fit of 18,095 steps (2026-11-27, the sixth lease's
 #: second machine; 16,000 steps after the warm-up): 27.0-28.6 s eager, 31.6 s with graphs compiled from a cold cache,
 #: 17.5 s when the compilation was cached. The graphs save about 0.7 ms a step (11.1 s over the 16,000), and the cold
-#: compilation and setup cost about 15 s (11.7 s of it compiling): repaid after about 22,000 steps, rounded up here;
-#: a cached compilation repays at once (a second fit in the same
-#: process, as in a grid search). The threshold is the cold case's, so that "auto" never makes a fit much slower.
+#: compilation and setup cost about 15 s (11.7 s of it compiling): repaid after about 22,000 steps, rounded up here
+#: (a cached compilation, as in a second fit of a grid search in the same process, repays at once). The threshold
+#: is the cold case's, so that "auto" never makes a fit much slower.
 COMPILE_MIN_STEPS_CUDA = 25_000
 
 
