@@ -276,23 +276,48 @@ def _checksum(spec: str, tensors: dict) -> str:
 
 
 def _names_the_format(path) -> bool:
-    """Whether the file's first bytes (where safetensors keeps its JSON header) name this format."""
+    """Whether a file that safetensors cannot read is laid out as a bayesnet model file up to where it breaks: an
+    8-byte header length (within safetensors' 100 MB limit), then a JSON header that says ``"format":
+    "bayesnet-model"`` (parsed when it is whole; when it is cut short, the compact key-value pair as safetensors
+    writes it, which the specification's escaped JSON inside the header cannot spell)."""
     try:
         with open(path, "rb") as fh:
-            return f'"{FORMAT}"'.encode() in fh.read(1 << 16)
+            n = int.from_bytes(fh.read(8), "little")
+            if not 2 <= n <= 100_000_000:
+                return False
+            header = fh.read(n)
     except OSError:
         return False
+    if not header.startswith(b"{"):
+        return False
+    try:
+        return json.loads(header)["__metadata__"]["format"] == FORMAT
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return f'"format":"{FORMAT}"'.encode() in header
+
+
+def _readable_version(header: dict) -> int | None:
+    """The header's format version, or None when it is not a number."""
+    try:
+        return int(header.get("version", 0))
+    except (TypeError, ValueError):
+        return None
 
 
 def _read(path):
     from safetensors import SafetensorError, safe_open
 
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{os.fspath(path)} is a directory, not a model file.")
     try:
         with safe_open(os.fspath(path), framework="pt") as f:
             header = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            version = _readable_version(header)
+            # the tensors only of a model file this version reads (a foreign file's, of any size, stay unread)
+            tensors = ({k: f.get_tensor(k) for k in f.keys()}
+                       if header.get("format") == FORMAT and version is not None and version <= VERSION else None)
     except (SafetensorError, OSError, ValueError) as exc:
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, (FileNotFoundError, PermissionError)):
             raise
         if not isinstance(exc, OSError) and _names_the_format(path):  # a model file cut short, or its layout broken
             raise ValueError(f"{os.fspath(path)} is a damaged bayesnet model file: it cannot be read as safetensors "
@@ -300,11 +325,9 @@ def _read(path):
         raise _NotAModelFile(f"{os.fspath(path)} is not a bayesnet model file ({exc}).") from None
     if header.get("format") != FORMAT:
         raise _NotAModelFile(f"{os.fspath(path)} is a safetensors file but not a bayesnet model file.")
-    try:
-        version = int(header.get("version", 0))
-    except (TypeError, ValueError):
+    if version is None:
         raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its format version "
-                         f"{str(header.get('version'))[:20]!r} is not a number).") from None
+                         f"{str(header.get('version'))[:20]!r} is not a number).")
     if version > VERSION:
         raise ValueError(f"{os.fspath(path)} was written by a newer bayesnet (format version {header['version']}); "
                          "upgrade bayesnet to read it.")
@@ -593,8 +616,8 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
 
     Raises
     ------
-    FileNotFoundError
-        If ``path`` does not exist.
+    FileNotFoundError, PermissionError, IsADirectoryError
+        If ``path`` does not exist, cannot be read or is a directory.
     ValueError
         If the file is not a bayesnet model file, is damaged (its contents do not match the checksum written
         with them, or it is cut short), was written by a newer version, names a class or function

@@ -402,6 +402,23 @@ def test_predict_names_a_damaged_or_newer_model_file_as_such(tmp_path, capsys, f
     assert main(["predict", str(cut), "--data", data]) == 2
     err = capsys.readouterr().err
     assert "damaged bayesnet model file" in err and "not a bayesnet model file" not in err
+    assert err.count(str(cut)) == 1  # (before: the path twice, the CLI's and io's)
+
+
+def test_predict_on_a_model_file_it_cannot_read(tmp_path, capsys, fitted, monkeypatch):
+    """An unreadable model file (permissions, a disk error) is a one-line error with exit 2 (before: a
+    PermissionError traceback, exit 1)."""
+    import bayesnet.cli.commands as commands
+
+    def unreadable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", args[0])
+
+    model, data = fitted
+    monkeypatch.setattr(commands, "open", unreadable, raising=False)
+    capsys.readouterr()
+    assert main(["predict", model, "--data", data]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read the model file") and "Permission denied" in err
 
 
 @pytest.mark.parametrize("content", [b"a,b,c\n1,2,3\n", b"", b"\x00\x01garbage"], ids=["csv", "empty", "binary"])

@@ -302,8 +302,10 @@ def test_auto_uses_cuda_graphs_on_a_gpu_from_its_own_threshold(cancer):
     # status said "CUDA graphs" under compile__mode="default")
     for user in ({"mode": "default"}, {"options": {"max_autotune": False}}, {"backend": "eager"}):
         assert compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA, "cuda", user) == (True, "compiled", user)
-    ok, _, options = compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA, "cuda", {"dynamic": True})
-    assert options == {"dynamic": True, "mode": "reduce-overhead"}
+    ok, _, options = compile_decision("auto", *args, COMPILE_MIN_STEPS_CUDA, "cuda", {"dynamic": True, "mode": None})
+    assert options == {"dynamic": True, "mode": "reduce-overhead"}  # (None as unset: set_params cannot remove it)
+    assert compile_decision("auto", *args, 10**6, "cuda", {"disable": True})[:2] == \
+        (False, "compile__disable=True (torch.compile compiles nothing)")
     torch.compile(lambda x: x, **compiled_module.compile_options(options))  # (torch takes the merged options)
 
 
@@ -350,3 +352,10 @@ def test_compile_parameters_reach_torch_compile(cancer, monkeypatch):
     np.testing.assert_allclose(est.trace_.as_array(), eager.trace_.as_array(), rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError, match="no_such_option"):
         _fit(BayesianMLPClassifier(compile__no_such_option=1, **params), X, y)
+    # also under the default "auto", before anything is reset (before: a refit that would compile on a GPU lost its
+    # draws when torch refused the options at the run's start; on the CPU the options went unchecked)
+    fitted = _fit(BayesianMLPClassifier(**{**params, "compile": "auto"}), X, y)
+    fitted.set_params(compile__no_such_option=1)
+    with pytest.raises(TypeError, match="no_such_option"):
+        _fit(fitted, X, y)
+    assert len(fitted.trace_) > 0

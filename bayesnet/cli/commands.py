@@ -50,17 +50,19 @@ def load_model(path: str, allow_pickle: bool = False):
     from ..io import _NotAModelFile, load
 
     _check_input_file(path, "model file")
-    with open(path, "rb") as fh:
-        head = fh.read(9)
-    if not _is_safetensors(head, os.path.getsize(path)) and head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
-        return _load_pickle(path, allow_pickle)
     try:
+        with open(path, "rb") as fh:
+            head = fh.read(9)
+        if not _is_safetensors(head, os.path.getsize(path)) and head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
+            return _load_pickle(path, allow_pickle)
         model, meta = load(path, return_metadata=True)
+    except OSError as exc:  # (not found and directories were refused above: unreadable, or gone meanwhile)
+        raise CLIError(f"cannot read the model file {path!r} ({exc.strerror or exc}).") from None
     except _NotAModelFile as exc:
-        raise CLIError(f"{path} is not a bayesnet model file; give the file written by `bayesnet fit --output` "
-                       f"({exc}).") from None
+        raise CLIError(f"{str(exc).rstrip('.')}; give the file written by `bayesnet fit --output`.") from None
     except ValueError as exc:  # a model file, but damaged, crafted or from a newer version: io's words
-        raise CLIError(f"{path}: {exc}") from None
+        message = str(exc)
+        raise CLIError(message if message.startswith(os.fspath(path)) else f"{path}: {message}") from None
     if not (isinstance(meta, dict) and meta.get("task") in _TASKS):
         raise CLIError(f"{path} is a bayesnet model file, but not one written by `bayesnet fit` (it lacks the "
                        "command's metadata: task, features).")

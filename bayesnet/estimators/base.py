@@ -311,8 +311,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             with run._GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
                 probe._build_module(), probe._build_likelihood()
             options = probe.get_params_for("compile")
-            if probe.compile is True and options:  # torch.compile checks its options when called, compiling
-                # nothing ("auto" may not compile at all: it imports no compiler for a fit that will not use one)
+            if probe.compile in (True, "auto") and options:  # torch.compile checks its options when called,
+                # compiling nothing (with "auto", only when compile__* options say the user means to compile: a
+                # default fit that will not compile imports no compiler)
                 from ..samplers.compiled import compile_options
 
                 torch.compile(lambda x: x, **compile_options(options))

@@ -140,6 +140,8 @@ def compile_decision(setting, sampler, potential, steps_after_warmup: int, devic
     options = dict(options or {})
     if setting is None or (setting != "auto" and not bool(setting)):
         return False, "compile=False", options
+    if options.get("disable"):
+        return False, "compile__disable=True (torch.compile compiles nothing)", options
     if not getattr(type(sampler), "compiles", False):
         return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)", options
     if getattr(potential, "functional", lambda: None)() is None:
@@ -151,7 +153,7 @@ def compile_decision(setting, sampler, potential, steps_after_warmup: int, devic
     if steps_after_warmup < least:
         return False, (f"compile='auto': {steps_after_warmup} steps after the warm-up would not repay the "
                        f"compilation (below {least}{' on a GPU' if cuda else ''})"), options
-    if cuda and not any(key in options for key in _USER_CHOICES):
+    if cuda and all(options.get(key) is None for key in _USER_CHOICES):  # (None: set_params cannot remove a key)
         return True, "compiled with CUDA graphs (compile='auto' on a GPU: mode='reduce-overhead')", \
             {**options, "mode": "reduce-overhead"}
     return True, "compiled", options
@@ -160,7 +162,9 @@ def compile_decision(setting, sampler, potential, steps_after_warmup: int, devic
 def compile_options(options: dict | None) -> dict:
     """The keyword arguments for ``torch.compile``: ``options`` (the estimators' ``compile__*`` parameters) over
     the defaults ``fullgraph=True, dynamic=False``."""
-    return {"fullgraph": True, "dynamic": False, **(options or {})}
+    # (a nested dict copied: torch.compile pops keys such as guard_filter_fn from the options dict it is given)
+    return {"fullgraph": True, "dynamic": False,
+            **{k: dict(v) if isinstance(v, dict) else v for k, v in (options or {}).items()}}
 
 
 class CompiledTransition:
