@@ -278,8 +278,10 @@ def _checksum(spec: str, tensors: dict) -> str:
 def _names_the_format(path) -> bool:
     """Whether a file that safetensors cannot read is laid out as a bayesnet model file up to where it breaks: an
     8-byte header length (within safetensors' 100 MB limit), then a JSON header that says ``"format":
-    "bayesnet-model"`` (parsed when it is whole; when it is cut short, the compact key-value pair as safetensors
-    writes it, which the specification's escaped JSON inside the header cannot spell)."""
+    "bayesnet-model"`` (parsed when it is whole). A header cut short is recognised by that compact key-value pair
+    as safetensors writes it (which the specification's escaped JSON inside the header cannot spell), or, where the
+    cut came before it (safetensors writes the entries in any order), by the metadata's opening followed by the
+    specification's escaped beginning. A cut within the first few dozen bytes is not recognised."""
     try:
         with open(path, "rb") as fh:
             n = int.from_bytes(fh.read(8), "little")
@@ -293,7 +295,8 @@ def _names_the_format(path) -> bool:
     try:
         return json.loads(header)["__metadata__"]["format"] == FORMAT
     except (ValueError, KeyError, TypeError, RecursionError):
-        return f'"format":"{FORMAT}"'.encode() in header
+        return (f'"format":"{FORMAT}"'.encode() in header
+                or header.startswith(b'{"__metadata__":{') and b'"spec":"{\\"kind\\": \\"' in header)
 
 
 def _readable_version(header: dict) -> int | None:
@@ -307,8 +310,7 @@ def _readable_version(header: dict) -> int | None:
 def _read(path):
     from safetensors import SafetensorError, safe_open
 
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{os.fspath(path)} is a directory, not a model file.")
+    open(path, "rb").close()  # the real error for a directory or an unreadable file (safetensors calls both missing)
     try:
         with safe_open(os.fspath(path), framework="pt") as f:
             header = f.metadata() or {}

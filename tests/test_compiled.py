@@ -136,16 +136,18 @@ def test_no_kernel_reads_a_compiled_output_after_the_next_call(cancer, monkeypat
     HMC._transition this test fails for hmc)."""
     from torch.utils._pytree import tree_flatten, tree_unflatten
 
-    def replaying(fn, **kwargs):
-        previous = []
+    previous = []  # (one pool for every compiled function of the fit, as the graphs of one device share theirs)
 
+    def replaying(fn, **kwargs):
         def call(*args):
             for t in previous:  # the last call's outputs, overwritten as a replay would
-                t.fill_(float("nan") if t.is_floating_point() else 0)
+                t.fill_(float("nan"))
             leaves, spec = tree_flatten(fn(*args))
-            leaves = [t.clone() if isinstance(t, torch.Tensor) else t for t in leaves]
-            previous[:] = [t for t in leaves if isinstance(t, torch.Tensor)]
-            return tree_unflatten(leaves, spec)
+            # (every output a float tensor that the fill poisons: a container pytree does not open, or an integer
+            # output that 0 would not poison, would escape this test)
+            assert all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in leaves), leaves
+            previous[:] = [t.clone() for t in leaves]
+            return tree_unflatten(list(previous), spec)
 
         return call
 

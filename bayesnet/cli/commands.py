@@ -62,7 +62,7 @@ def load_model(path: str, allow_pickle: bool = False):
         raise CLIError(f"{str(exc).rstrip('.')}; give the file written by `bayesnet fit --output`.") from None
     except ValueError as exc:  # a model file, but damaged, crafted or from a newer version: io's words
         message = str(exc)
-        raise CLIError(message if message.startswith(os.fspath(path)) else f"{path}: {message}") from None
+        raise CLIError(message if message.startswith(f"{path} ") else f"{path}: {message}") from None
     if not (isinstance(meta, dict) and meta.get("task") in _TASKS):
         raise CLIError(f"{path} is a bayesnet model file, but not one written by `bayesnet fit` (it lacks the "
                        "command's metadata: task, features).")

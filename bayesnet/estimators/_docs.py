@@ -137,7 +137,8 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         warns once and the run continues eagerly. ``compile__*`` parameters
         (``compile__mode="max-autotune"``, ``compile__backend``, ...) go to
         ``torch.compile``, over ``fullgraph=True, dynamic=False``; a key it
-        does not take raises TypeError when the run starts. (Unlike skorch's
+        does not take raises TypeError from ``fit`` before it changes
+        anything. (Unlike skorch's
         ``compile``, the module itself is not compiled.)
     device : {"cpu", "cuda", "cuda:N", "auto"}, default="cpu"
         Where sampling and prediction run ("auto": a GPU when there is one).
