@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import hashlib
 import json
 import os
@@ -311,6 +312,9 @@ def _read(path):
     from safetensors import SafetensorError, safe_open
 
     open(path, "rb").close()  # the real error for a directory or an unreadable file (safetensors calls both missing)
+    if not os.path.isfile(path):  # (safetensors maps the file into memory: "No such device" for a pipe)
+        raise OSError(errno.ESPIPE, "a model file is read from a file on disk, not from a pipe or device",
+                      os.fspath(path))
     try:
         with safe_open(os.fspath(path), framework="pt") as f:
             header = f.metadata() or {}
@@ -618,8 +622,9 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
 
     Raises
     ------
-    FileNotFoundError, PermissionError, IsADirectoryError
-        If ``path`` does not exist, cannot be read or is a directory.
+    OSError
+        If ``path`` does not exist (FileNotFoundError), cannot be read (PermissionError), is a directory
+        (IsADirectoryError), or is a pipe or device.
     ValueError
         If the file is not a bayesnet model file, is damaged (its contents do not match the checksum written
         with them, or it is cut short), was written by a newer version, names a class or function

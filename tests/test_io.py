@@ -162,6 +162,14 @@ def test_a_damaged_file_is_refused_by_its_checksum(tmp_path):
     assert "is a damaged" not in str(info.value)
     with pytest.raises(IsADirectoryError):
         bayesnet.load(tmp_path)
+    fifo = tmp_path / "pipe"  # (before: "not a bayesnet model file (No such device)")
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # (so that opening the pipe to read does not block)
+    try:
+        with pytest.raises(OSError, match="read from a file on disk, not from a pipe"):
+            bayesnet.load(fifo)
+    finally:
+        os.close(writer)
     older = bayesnet.load(_tamper(src, tmp_path / "old.bayesnet", checksum=False,
                                   header_edit=lambda h: h.pop("sha256")))
     np.testing.assert_array_equal(older.predict_proba(X), est.predict_proba(X))
