@@ -300,12 +300,20 @@ def _names_the_format(path) -> bool:
                 or header.startswith(b'{"__metadata__":{') and b'"spec":"{\\"kind\\": \\"' in header)
 
 
-def _readable_version(header: dict) -> int | None:
-    """The header's format version, or None when it is not a number."""
+def _header_problem(path, header: dict) -> ValueError | None:
+    """Why the safetensors header of ``path`` is not one of a model file this version reads (not this format, a
+    version that is not a number, or a newer one), as the error to raise; None when it is."""
+    if header.get("format") != FORMAT:
+        return _NotAModelFile(f"{os.fspath(path)} is a safetensors file but not a bayesnet model file.")
     try:
-        return int(header.get("version", 0))
+        version = int(header.get("version", 0))
     except (TypeError, ValueError):
-        return None
+        return ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its format version "
+                          f"{str(header.get('version'))[:20]!r} is not a number).")
+    if version > VERSION:
+        return ValueError(f"{os.fspath(path)} was written by a newer bayesnet (format version {header['version']}); "
+                          "upgrade bayesnet to read it.")
+    return None
 
 
 def _read(path):
@@ -318,10 +326,9 @@ def _read(path):
     try:
         with safe_open(os.fspath(path), framework="pt") as f:
             header = f.metadata() or {}
-            version = _readable_version(header)
+            problem = _header_problem(path, header)
             # the tensors only of a model file this version reads (a foreign file's, of any size, stay unread)
-            tensors = ({k: f.get_tensor(k) for k in f.keys()}
-                       if header.get("format") == FORMAT and version is not None and version <= VERSION else None)
+            tensors = {k: f.get_tensor(k) for k in f.keys()} if problem is None else None
     except (SafetensorError, OSError, ValueError) as exc:
         if isinstance(exc, (FileNotFoundError, PermissionError)):
             raise
@@ -329,14 +336,8 @@ def _read(path):
             raise ValueError(f"{os.fspath(path)} is a damaged bayesnet model file: it cannot be read as safetensors "
                              f"({exc}; cut short in a transfer?).") from None
         raise _NotAModelFile(f"{os.fspath(path)} is not a bayesnet model file ({exc}).") from None
-    if header.get("format") != FORMAT:
-        raise _NotAModelFile(f"{os.fspath(path)} is a safetensors file but not a bayesnet model file.")
-    if version is None:
-        raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its format version "
-                         f"{str(header.get('version'))[:20]!r} is not a number).")
-    if version > VERSION:
-        raise ValueError(f"{os.fspath(path)} was written by a newer bayesnet (format version {header['version']}); "
-                         "upgrade bayesnet to read it.")
+    if problem is not None:
+        raise problem
     if "sha256" in header and (not isinstance(header.get("spec"), str)
                                or _checksum(header["spec"], tensors) != header["sha256"]):
         raise ValueError(f"{os.fspath(path)} is a damaged bayesnet model file: its contents do not match the "
