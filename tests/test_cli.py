@@ -16,7 +16,8 @@ from bayesnet import cli
 import bayesnet.cli.commands  # noqa: F401  (cli.commands)
 from bayesnet.cli import build_parser, main
 from bayesnet.datasets import load_sunspots
-from test_io import _tamper  # a copy of a model file with its specification, tensors or header edited
+from test_io import _flip_a_bit, _tamper  # a copy of a model file with its specification, tensors or header
+# edited; one such edit, a flipped bit in a weight
 
 TINY = ["--n-draws", "5", "--burn-in", "50", "--thinning", "1", "--quiet"]
 
@@ -384,12 +385,8 @@ def test_predict_refuses_metadata_it_cannot_use(tmp_path, capsys, fitted, key, v
 def test_predict_names_a_damaged_or_newer_model_file_as_such(tmp_path, capsys, fitted):
     """A model file that fails its checksum, or comes from a newer version, is a bayesnet model file with a
     problem, not 'not a bayesnet model file' (the CLI chose between the two by the error's text before)."""
-    def flip(tensors):
-        name = next(k for k, v in tensors.items() if v.dtype == torch.float32 and v.numel() > 100)
-        tensors[name].reshape(-1).view(torch.int32)[3] ^= 1
-
     model, data = fitted
-    cases = {"damaged bayesnet model file": dict(tensor_edit=flip, checksum=False),
+    cases = {"damaged bayesnet model file": dict(tensor_edit=_flip_a_bit, checksum=False),
              "written by a newer bayesnet": dict(header_edit=lambda h: h.__setitem__("version", "99"))}
     for message, edit in cases.items():
         path = _tamper(model, tmp_path / "m.bayesnet", **edit)

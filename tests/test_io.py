@@ -105,6 +105,14 @@ def _tamper(src, dst, spec_edit=None, tensor_edit=None, header_edit=None, checks
     return dst
 
 
+def _flip_a_bit(tensors):
+    """A ``_tamper`` tensor edit: the lowest mantissa bit of one weight of the draws flipped (it stays finite)."""
+    name = next(k for k, v in tensors.items() if v.dtype == torch.float32 and v.numel() > 100)
+    bits = tensors[name].reshape(-1).view(torch.int32)
+    bits[7] ^= 1
+    assert torch.isfinite(tensors[name]).all()
+
+
 def test_a_damaged_file_is_refused_by_its_checksum(tmp_path):
     """One flipped bit in a draw's mantissa leaves it finite and in shape: before the checksum the model loaded
     and predicted other numbers, silently. Now it, a changed character in the specification, and an emptied
@@ -117,22 +125,16 @@ def test_a_damaged_file_is_refused_by_its_checksum(tmp_path):
     src = tmp_path / "m.bayesnet"
     est.save(src)
 
-    def flip(tensors):
-        name = next(k for k, v in tensors.items() if v.dtype == torch.float32 and v.numel() > 100)
-        bits = tensors[name].reshape(-1).view(torch.int32)
-        bits[7] ^= 1  # the lowest mantissa bit of one weight
-        assert torch.isfinite(tensors[name]).all()
-
     def spec_text(header):
         header["spec"] = header["spec"].replace('"n_draws": 3', '"n_draws": 4')
 
-    cases = {"flipped bit": dict(tensor_edit=flip), "edited spec": dict(header_edit=spec_text),
+    cases = {"flipped bit": dict(tensor_edit=_flip_a_bit), "edited spec": dict(header_edit=spec_text),
              "checksum emptied": dict(header_edit=lambda h: h.__setitem__("sha256", ""))}
     for name, edit in cases.items():
         bad = _tamper(src, tmp_path / "bad.bayesnet", checksum=False, **edit)
         with pytest.raises(ValueError, match="damaged bayesnet model file: its contents do not match the checksum"):
             bayesnet.load(bad)
-    flipped = bayesnet.load(_tamper(src, tmp_path / "rewritten.bayesnet", tensor_edit=flip))
+    flipped = bayesnet.load(_tamper(src, tmp_path / "rewritten.bayesnet", tensor_edit=_flip_a_bit))
     assert not np.array_equal(flipped.predict_proba(X), est.predict_proba(X))  # (power: the bit changes output)
     cut = tmp_path / "cut.bayesnet"  # cut short in a transfer: not 'not a bayesnet model file'
     cut.write_bytes(src.read_bytes()[:-100])
