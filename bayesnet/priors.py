@@ -387,13 +387,15 @@ class HierarchicalPrior(FanInPrior):
     def log_prob_and_grad_chains(self, parameters: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
         """:meth:`log_prob_chains` and :meth:`grad_log_prob_chains` together (not differentiable), the value from
         the gradient: ``rest + <theta, g> / 2`` with ``g = -tau theta / c``, one product-sum per tensor whatever
-        its groups (a small network's step is mostly per-operation overhead)."""
+        its groups (a small network's step is mostly per-operation overhead): the products ``theta * g`` of every
+        tensor laid side by side, ``(S, D)``, and summed per member, 7 operations where a dot product per tensor
+        took 16 (the default MLP's four tensors)."""
         forms = self._tau_forms(parameters)
-        grads = torch._foreach_mul(list(parameters), forms["negated"])
+        parameters = list(parameters)
+        grads = torch._foreach_mul(parameters, forms["negated"])
         S = parameters[0].shape[0]
-        dots = torch.stack([torch.linalg.vecdot(p.reshape(S, -1), g.reshape(S, -1)) for p, g in zip(parameters, grads)],
-                           1)
-        return forms["rest"] + 0.5 * dots.sum(1), grads
+        dots = torch.cat([q.reshape(S, -1) for q in torch._foreach_mul(grads, parameters)], 1).sum(1)
+        return forms["rest"] + 0.5 * dots, grads
 
     def hyperparameter_terms(self, parameters: Sequence[Tensor]) -> Tensor:
         r"""The terms of every member's log prior that depend on :math:`\tau` alone, :math:`\sum_g (a - 1 +
