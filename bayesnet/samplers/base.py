@@ -396,8 +396,7 @@ class Sampler(BaseEstimator):
             return f"sampler__step_size={step_size:g}"
         pre = getattr(state, "precond", None)
         if step_size == "auto" and pre is not None:
-            return (f"sampler__step_size (the warm-up set {float(pre.step_size.min()):.3g}; pass a smaller value, or "
-                    "a longer burn_in)")
+            return f"sampler__step_size='auto', which the warm-up set to {float(pre.step_size.min()):.3g}"
         return "sampler__step_size"
 
     def quota_members(self, layout: ChainLayout):
