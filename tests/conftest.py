@@ -24,15 +24,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _every_test_starts_from_the_same_global_random_state():
-    """An estimator with ``random_state=None`` takes its seed from numpy's global generator (scikit-learn's
-    convention), and a few tests draw from torch's: without a seed here a test's outcome depended on the
-    tests its pytest-xdist worker happened to run before it. One CI run failed that way (an iris fit with
-    ``burn_in=10``, which diverges for 1 seed in 60: a clear ``DivergenceError``, but not what the test was
-    about). Each test now sees the same global state whatever ran before; a test about randomness seeds its
-    own estimators."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Every test starts from the same global random state, seeded before its fixtures are set up (a module's
+    fixtures too, made at its first test). An estimator with ``random_state=None`` takes its seed from numpy's
+    global generator (scikit-learn's convention), and a few tests draw from torch's: without a seed here a test's
+    outcome depended on the tests its pytest-xdist worker happened to run before it. One CI run failed that way
+    (an iris fit with ``burn_in=10``, which diverges for 1 seed in 60: a clear ``DivergenceError``, but not what
+    the test was about). A test about randomness seeds its own estimators."""
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
-    yield

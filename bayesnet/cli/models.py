@@ -42,6 +42,7 @@ def _cli_words(message: str, given: dict | None = None) -> str:
         return f"{option}={value}" if option.startswith("--set") else f"{option} {value}"
 
     message = re.sub(r"\bsampler__(?P<name>\w+)(?:=(?P<value>[^\s,;)]+))?", option_value, message)
+    message = re.sub(r"\bburn_in(?= \(now)", lambda m: _option("burn_in", given), message)  # "increase burn_in (now"
     from ..samplers import available_samplers, get_sampler_class
 
     sampler_classes = {get_sampler_class(n).__name__ for n in available_samplers()}

@@ -880,8 +880,8 @@ def _step_advice(net, state) -> str:
     standardises them already."""
     hint = net.sampler_.divergence_hint(state)
     if getattr(net, "input_mean_", None) is not None:
-        return f"Set a smaller step size ({hint})"
-    return f"Standardise the inputs (standardize_inputs=True), or set a smaller step size ({hint})"
+        return f"Set a smaller step size (now {hint})"
+    return f"Standardise the inputs (standardize_inputs=True), or set a smaller step size (now {hint})"
 
 
 def user_stacklevel() -> int:

@@ -353,8 +353,8 @@ class PTLangevin(Sampler):
     def divergence_hint(self, state: PTLangevinState) -> str:
         sigma = float(state.log_step.exp().min()) if state is not None and self.step_size == "auto" else None
         now = f"={self.step_size:g}" if self.step_size != "auto" else (
-            f" (the warm-up set {sigma:.3g})" if sigma is not None else "")
-        return (f"sampler__step_size{now} (the proposal noise sd) or sampler__langevin_step_size "
+            f"='auto', which the warm-up set to {sigma:.3g}" if sigma is not None else "='auto'")
+        return (f"sampler__step_size{now}, the proposal noise sd; or sampler__langevin_step_size "
                 f"(now r={self.resolve_langevin_step_size(sigma):g}), the gradient drift of the Langevin proposals")
 
     # ------------------------------------------------------------------ #
