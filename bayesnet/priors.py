@@ -386,10 +386,11 @@ class HierarchicalPrior(FanInPrior):
 
     def log_prob_and_grad_chains(self, parameters: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
         """:meth:`log_prob_chains` and :meth:`grad_log_prob_chains` together (not differentiable), the value from
-        the gradient: ``rest + <theta, g> / 2`` with ``g = -tau theta / c``, one product-sum per tensor whatever
-        its groups (a small network's step is mostly per-operation overhead): the products ``theta * g`` of every
-        tensor laid side by side, ``(S, D)``, and summed per member, 7 operations where a dot product per tensor
-        took 16 (the default MLP's four tensors)."""
+        the gradient: ``rest + <theta, g> / 2`` with ``g = -tau theta / c``, whatever the groups. The products
+        ``theta * g`` of every tensor are laid side by side, ``(S, D)``, and summed per member in one reduction (a
+        small network's step is mostly per-operation overhead: 7 operations where a dot product per tensor took 16
+        for the default MLP's four tensors); a member's value does not depend on ``S`` at one intra-op thread
+        (with more, torch splits one member's long reduction across them)."""
         forms = self._tau_forms(parameters)
         parameters = list(parameters)
         grads = torch._foreach_mul(parameters, forms["negated"])
