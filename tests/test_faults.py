@@ -999,7 +999,8 @@ def test_a_failing_judgement_never_replaces_the_runs_own_error(iris, monkeypatch
             est.fit(X, y)
 
 
-@pytest.mark.parametrize("sampler", [n for n in available_samplers() if get_sampler_class(n).__module__.startswith("bayesnet.")])
+@pytest.mark.parametrize("sampler", [n for n in available_samplers()
+                                     if get_sampler_class(n).__module__.startswith("bayesnet.")])
 def test_a_divergence_after_a_warm_up_too_short_to_settle_says_so_first(sampler):
     """A warm-up shorter than its windows keeps the step it guessed at the start (on iris with burn_in=10, 1 seed
     in 60 diverged at it, in CI): the error names the burn-in first, then the sampler's setting, without nested

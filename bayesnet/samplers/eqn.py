@@ -378,7 +378,8 @@ class EQN(Sampler):
         scale = state.preconditioner_scale
         now = f", largest stretch now {float(scale.max()):.3g}" if isinstance(scale, Tensor) else ""
         return (f"{super().divergence_hint(state)}; or sampler__covariance_blending={self._blending(state):.3g}, the "
-                f"eta by which the preconditioner stretches the step, up to sqrt(1 + eta v) for the walkers' variance v{now}")
+                "eta by which the preconditioner stretches the step, up to sqrt(1 + eta v) for the walkers' variance "
+                f"v{now}")
 
     # ------------------------------------------------------------------ #
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
