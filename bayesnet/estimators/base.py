@@ -502,10 +502,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             ", or standardise the inputs (standardize_inputs=True)"
         # a warm-up too short to measure the step (or one that ended hot) is the first thing to fix: its step is
         # a guess made at the start
-        report = getattr(self.sampler_state_, "warmup_report", None)
-        unsettled = "" if report is None or report.get("settled", True) else (
-            f" The warm-up did not settle: {report.get('reason') or 'its step size kept changing'}; increase "
-            f"burn_in (now {run.burn_in_words(self)}) first.")
+        why = run.unsettled_warmup(self.sampler_state_)
+        unsettled = "" if why is None else (f" The warm-up did not settle: {why}; increase burn_in (now "
+                                            f"{run.burn_in_words(self)}) first.")
         return (f"{which}: {'; '.join(reasons)}.{unsettled} Reduce the step size (now {hint}), e.g. by a factor of 10"
                 f"{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "

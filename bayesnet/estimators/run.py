@@ -875,6 +875,15 @@ def _standard_error(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) / math.sqrt(max(effective_sample_size(x), 1.0))
 
 
+def unsettled_warmup(state) -> str | None:
+    """Why the warm-up of the sampler state ``state`` did not settle (its report's reason), or None when it settled,
+    has not ended, or there was none."""
+    report = getattr(state, "warmup_report", None) if state is not None else None
+    if report is None or report.get("settled", True):
+        return None
+    return report.get("reason") or "its step size kept changing"
+
+
 def _step_advice(net, state) -> str:
     """What to change after a hot or diverged chain: a smaller step, and the inputs' scale unless the estimator
     standardises them already."""
@@ -921,11 +930,10 @@ def warn_status(net) -> None:
                            f"discarded)" for c, d in sorted(diverged.items()))
         messages.append(f"{len(diverged)} of {net.n_chains} chains diverged and stopped taking draws: {detail}. "
                         f"The other chains finished. {_step_advice(net, state)}.")
-    report = getattr(state, "warmup_report", None) if state is not None else None
-    if report is not None and not report.get("settled", True):
-        messages.append(f"the warm-up ({report['n_steps']} steps, the burn-in) did not settle: "
-                        f"{report.get('reason') or 'its step size kept changing'}. Increase burn_in (now "
-                        f"{burn_in_words(net)}).")
+    unsettled = unsettled_warmup(state)
+    if unsettled is not None:
+        messages.append(f"the warm-up ({state.warmup_report['n_steps']} steps, the burn-in) did not settle: "
+                        f"{unsettled}. Increase burn_in (now {burn_in_words(net)}).")
     messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
         least = least_kept_per_chain(net)
