@@ -190,6 +190,42 @@ def test_a_coordinate_far_from_zero_keeps_its_variance(dtype):
     np.testing.assert_allclose(1.0 / inverse_mass[0].double().numpy(), [1.0, 400.0], rtol=1e-3)
 
 
+def test_the_sums_match_per_tensor_sums_and_an_older_pickle_continues():
+    """The window's sums are one buffer; read as ``moments`` they are the per-tensor sums about the window's first
+    values, bit for bit (the arithmetic of the per-tensor form, coordinate by coordinate). A state pickled
+    mid-window by a version that kept one tensor per sum (``moments`` and ``origin`` as lists) continues into
+    the same sums."""
+    from bayesnet.samplers.warmup import WarmUp
+
+    rng = torch.Generator().manual_seed(0)
+    steps = [([torch.randn(2, 3, 4, generator=rng), torch.randn(2, 3, generator=rng) * 1e-3],
+              [torch.randn(2, 3, 4, generator=rng) + 50.0, torch.randn(2, 3, generator=rng)]) for _ in range(12)]
+    steps[5][0][1][1, 2] = float("nan")
+    warm = WarmUp(n_steps=100, ends=[100], adapt_mass=True, adapt_step=False)
+    origin = [x.clone() for x in steps[0][0] + steps[0][1]]
+    sums = None
+    for i, (g, t) in enumerate(steps):
+        warm.record(g, t)
+        d = [a - b for a, b in zip(g + t, origin)]
+        parts = [*d[:2], *[x * x for x in d[:2]], *d[2:], *[x * x for x in d[2:]]]
+        sums = parts if sums is None else [a + b for a, b in zip(sums, parts)]
+        if i == 6:  # the older form's state, mid-window
+            old = {k: v for k, v in pickle.loads(pickle.dumps(warm)).__dict__.items()
+                   if k not in ("sums", "shapes", "n_grads", "scratch", "scratch_views")}
+            old["moments"], old["origin"] = [x.clone() for x in sums], [x.clone() for x in origin]
+            older = WarmUp.__new__(WarmUp)
+            older.__setstate__(old)
+            again = pickle.loads(pickle.dumps(warm))
+        elif i > 6:
+            older.record(g, t)
+            again.record(g, t)
+    for w in (warm, older, again):
+        assert w.count == 12 and len(w.moments) == 8
+        for a, b in zip(w.moments, sums):
+            assert a.shape == b.shape and torch.equal(a.nan_to_num(-1.0), b.nan_to_num(-1.0))
+    assert torch.isnan(warm.moments[1][1, 2]) and torch.isnan(warm.moments[3][1, 2])
+
+
 # ---------------------------------------------------------------------- #
 # statistics: warmed-up kernels sample the target
 # ---------------------------------------------------------------------- #

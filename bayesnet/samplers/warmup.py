@@ -163,14 +163,21 @@ class WarmUp:
     layerwise : bool
         One mass per parameter tensor (the mean of its moments) instead of one per coordinate.
     moments : list of Tensor or None
-        The current window's sums of ``g``, ``g^2``, ``theta``, ``theta^2`` (float32), each taken about
-        ``origin``, per member and coordinate.
-    origin : list of Tensor or None
-        The window's first gradient and position (their own dtype): the moments are sums of the differences
-        from them, so that a coordinate whose mean is far from zero against its spread keeps its variance
-        (plain float32 sums of ``theta^2`` lose it once ``|mean| / sd`` is in the hundreds).
+        Read-only: the current window's sums of ``g``, ``g^2``, ``theta``, ``theta^2`` (float32), each taken
+        about ``origin``, per member and coordinate, shaped like the gradients and positions (views of
+        ``sums``; None before the window's first record).
+    sums : Tensor or None
+        The same sums as one buffer, shape ``(2, n)`` (float32): row 0 the sums of the differences, row 1 of
+        their squares, the gradients' and then the positions' coordinates laid end to end tensor by tensor
+        (``shapes`` their shapes, the first ``n_grads`` the gradients'). One buffer, so that a record is a few
+        whole-buffer operations, not a few per tensor (a small network's warm-up step is mostly launches).
+    origin : Tensor or None
+        The window's first gradient and position laid out as a row of ``sums`` (their own dtype): the moments
+        are sums of the differences from them, so that a coordinate whose mean is far from zero against its
+        spread keeps its variance (plain float32 sums of ``theta^2`` lose it once ``|mean| / sd`` is in the
+        hundreds).
     count : int
-        Gradients summed into ``moments``.
+        Gradients summed into ``sums``.
     history : list of Tensor
         The step sizes set at each window's end (per member), for the settling check.
     """
@@ -181,10 +188,14 @@ class WarmUp:
     adapt_step: bool
     layerwise: bool = False
     started: bool = False
-    moments: list[Tensor] | None = None
+    sums: Tensor | None = None
     count: int = 0
     history: list[Tensor] = field(default_factory=list)
-    origin: list[Tensor] | None = None
+    origin: Tensor | None = None
+    shapes: list | None = None
+    n_grads: int = 0
+    scratch: Tensor | None = None  # the record's copy of the gradient and position (not pickled)
+    scratch_views: list | None = None
     curvature: Tensor | None = None
     noise_fraction: Tensor | None = None
 
@@ -221,6 +232,7 @@ class WarmUp:
         # the recent batches are views of the block of rows the estimator's batches are sliced from (up to 4 MiB):
         # pickled as they are, each would carry its whole block; pickle compact copies instead
         state = self.__dict__.copy()
+        state["scratch"] = state["scratch_views"] = None  # (rebuilt at the next record; views would not share)
         state["recent"] = [tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in b)
                            if isinstance(b, (tuple, list)) else b for b in self.recent]
         return state
@@ -236,23 +248,55 @@ class WarmUp:
             if step == self.recorded_step:
                 return
             self.recorded_step = step
-        with torch.no_grad():  # (no graph here: no detach; the squares as one foreach launch per list; no
-            # per-tensor cleaning of non-finite values: a small network's warm-up step is mostly launches)
+        with torch.no_grad():  # (no graph here: no detach; no per-tensor cleaning of non-finite values)
             values = [*grads, *position]
-            if self.moments is None:  # a window's first record: its values are the origin of the sums
-                self.origin = [x.clone() for x in values]
+            if self.sums is None or self.scratch is None:  # a window's first record, or a state just unpickled
+                # one buffer (see ``sums``), copied into in one launch: each coordinate's arithmetic is the
+                # per-tensor one's, in the same order
+                self.scratch = torch.empty(sum(x.numel() for x in values), dtype=values[0].dtype,
+                                           device=values[0].device)
+                self.scratch_views = [c.view(x.shape) for c, x in
+                                      zip(self.scratch.split([x.numel() for x in values]), values)]
+            torch._foreach_copy_(self.scratch_views, values)
+            flat = self.scratch
+            if self.sums is None:  # a window's first record: its values are the origin of the sums
+                self.origin, self.shapes, self.n_grads = flat.clone(), [x.shape for x in values], len(grads)
             elif self.origin is None:  # a state pickled mid-window before the origin existed: plain sums
-                self.origin = [torch.zeros_like(x) for x in values]
-            shifted = torch._foreach_sub(values, self.origin)  # in the values' dtype, then float32
-            k = len(grads)
-            g = [x if x.dtype == torch.float32 else x.float() for x in shifted[:k]]
-            t = [x if x.dtype == torch.float32 else x.float() for x in shifted[k:]]
-            parts = [*g, *torch._foreach_mul(g, g), *t, *torch._foreach_mul(t, t)]
-            if self.moments is None:
-                self.moments = [x.clone() for x in parts]
+                self.origin = torch.zeros_like(flat)
+            shifted = flat - self.origin  # in the values' dtype, then float32
+            if shifted.dtype != torch.float32:
+                shifted = shifted.float()
+            if self.sums is None:
+                self.sums = torch.stack([shifted, shifted * shifted])
             else:
-                torch._foreach_add_(self.moments, parts)
+                self.sums[0].add_(shifted)
+                self.sums[1].add_(shifted * shifted)
         self.count += 1
+
+    @property
+    def moments(self) -> list[Tensor] | None:
+        """The window's sums as :func:`~bayesnet.samplers.estimates.mass_from_moments` reads them: ``g``,
+        ``g^2``, ``theta``, ``theta^2``, each a list of views shaped like the gradients or positions."""
+        if self.sums is None:
+            return None
+        sizes = [math.prod(shape) for shape in self.shapes]
+        first, second = ([c.view(shape) for c, shape in zip(row.split(sizes), self.shapes)] for row in self.sums)
+        k = self.n_grads
+        return [*first[:k], *second[:k], *first[k:], *second[k:]]
+
+    def __setstate__(self, state):
+        # a state pickled mid-window by a version that kept one tensor per sum (``moments`` and ``origin`` as
+        # lists in the order [g, g^2, theta, theta^2] and [g, theta]): the same sums in one buffer
+        moments = state.pop("moments", None)
+        if moments is not None and state.get("sums") is None:
+            k = len(moments) // 4
+            g1, g2, t1, t2 = (moments[i * k:(i + 1) * k] for i in range(4))
+            state["sums"] = torch.stack([torch.cat([x.reshape(-1) for x in g1 + t1]),
+                                         torch.cat([x.reshape(-1) for x in g2 + t2])])
+            state["shapes"], state["n_grads"] = [x.shape for x in g1 + t1], k
+            origin = state.get("origin")
+            state["origin"] = None if origin is None else torch.cat([x.reshape(-1) for x in origin])
+        self.__dict__.update(state)
 
 
 class _Watched:
@@ -283,10 +327,10 @@ def start(sampler, state, potential, batch) -> None:
         diag = diagonal_curvature(potential, batch, state.position, state.layout, state.rng)
         zeros = [torch.zeros_like(d) for d in diag]
         # as a window of one: the "moments" whose estimate is M = diag (see mass_from_moments)
-        warm.moments, warm.count = zeros + [d * d for d in diag] + zeros + zeros, 1
-        state.precond.inverse_mass = mass_from_moments(warm.moments, warm.count, state.layout, warm.layerwise,
+        moments = zeros + [d * d for d in diag] + zeros + zeros
+        state.precond.inverse_mass = mass_from_moments(moments, 1, state.layout, warm.layerwise,
                                                        state.position[0].dtype)
-        warm.moments, warm.count = None, 0
+        warm.sums, warm.count = None, 0
     _set_step_size(sampler, state, potential, batch)
     warm.backup = [p.detach().clone() for p in state.position]  # the guard's first fallback: the start
     warm.started = True
@@ -547,7 +591,7 @@ def after_step(sampler, state, potential, batch) -> None:
         if warm.restarted is not None and previous is not None:  # a window that needed a restart has moments
             new = torch.where(member_mask(warm.restarted, new, state.layout), previous, new)  # from the way out
         state.precond.inverse_mass = new
-    warm.moments, warm.count = None, 0
+    warm.sums, warm.count = None, 0
     if step != warm.ends[-1]:
         _set_step_size(sampler, state, potential, batch)
         warm.window_restarts, warm.restarted = 0, None
