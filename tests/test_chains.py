@@ -384,6 +384,27 @@ def test_chains_do_not_depend_on_how_they_are_run(iris):
     assert not torch.equal(other_seed, ref)
 
 
+def test_a_changed_n_jobs_keeps_the_fits_process_layout(iris):
+    """partial_fit continues chains where the fit started them: set ``n_jobs`` after a fit in this process and
+    they continue here (before, they were silently dropped and new chains started in workers); unset it after a
+    grouped fit and each group continues. Either way the draws are those of one uninterrupted layout."""
+    import joblib
+
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), n_chains=2, n_draws=5, burn_in=20, thinning=1, random_state=0)
+    ref = BayesianMLPClassifier(**kw).fit(X, y).partial_fit(X, y)
+    here = BayesianMLPClassifier(**kw).fit(X, y)
+    here.set_params(n_jobs=2).partial_fit(X, y)
+    steps = ref.sampler_state_.step  # (the warm-up, ten draws, and the steps before each)
+    assert here.sampler_state_.step == steps > 25 and not getattr(here, "shards_", None)
+    assert torch.equal(here.trace_.draws(), ref.trace_.draws())
+    with joblib.parallel_config(backend="threading"):
+        grouped = BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y)
+    grouped.set_params(n_jobs=None).partial_fit(X, y)
+    assert [s.sampler_state_.step for s in grouped.shards_] == [steps, steps]
+    assert torch.equal(grouped.trace_.draws(), ref.trace_.draws())
+
+
 def test_n_jobs_runs_chains_in_processes_and_on_dask(iris):
     """Chains split over two loky workers; the same fit through joblib's dask backend on a LocalCluster starts
     the same chains (same per-group seeds: equal draws over the first steps; later they differ by float

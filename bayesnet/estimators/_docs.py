@@ -68,7 +68,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         worker processes (loky by default; inside
         ``joblib.parallel_config(backend="dask")`` on a dask cluster) and
         merge their draws; None keeps all chains vectorised in this process.
-        Each group is vectorised in its worker.
+        Each group is vectorised in its worker. The layout is the fit's:
+        ``partial_fit`` continues a grouped fit in its groups, and chains
+        started in this process here (a changed ``n_jobs`` takes effect at
+        the next ``fit``).
     prior_scale : {"auto", "hierarchical", "fan_in"}, float or prior object, default="auto"
         The prior on the network's weights (:mod:`bayesnet.priors`).
         "hierarchical": a precision with a ``Gamma(1, 1)`` hyperprior for
