@@ -380,6 +380,9 @@ def test_chains_do_not_depend_on_how_they_are_run(iris):
         assert torch.equal(BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y).trace_.draws(), ref)
     one = BayesianMLPClassifier(**{**kw, "n_chains": 1}).fit(X, y).trace_.draws()
     assert torch.equal(one, ref[:5])
+    # a regressor's one-output head too (a batched matrix-vector product rounded one member's sums otherwise)
+    regressors = [BayesianMLPRegressor(**{**kw, "n_chains": n}).fit(X, X[:, 0]).trace_.draws() for n in (1, 3)]
+    assert torch.equal(regressors[0], regressors[1][:5])
     other_seed = BayesianMLPClassifier(**{**kw, "random_state": 1}).fit(X, y).trace_.draws()
     assert not torch.equal(other_seed, ref)
 
@@ -473,7 +476,7 @@ def test_chain_posterior_equals_each_member_posterior(head, path, monkeypatch):
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"))])
 @pytest.mark.parametrize("activation", ["relu", "tanh", "logistic", "gelu", "gelu-tanh", "identity"])
-@pytest.mark.parametrize("head", ["categorical", "gaussian"])
+@pytest.mark.parametrize("head", ["categorical", "gaussian", "gaussian-1"])
 def test_the_written_out_backward_gives_autograds_gradient(head, activation, device, monkeypatch):
     """The MLP's backward without autograd (``vjp_chains``, with the likelihoods' closed forms) against autograd
     through ``forward_chains``: on the CPU potentials and gradients bit for bit (the same kernels in the same
@@ -485,14 +488,15 @@ def test_the_written_out_backward_gives_autograds_gradient(head, activation, dev
     from bayesnet.priors import HierarchicalPrior
 
     torch.manual_seed(0)
-    net = MLP(6, (7, 5), 3, activation.split("-")[0])
+    k = 1 if head == "gaussian-1" else 3  # (one output: linear_chains' elementwise form)
+    net = MLP(6, (7, 5), k, activation.split("-")[0])
     if activation == "gelu-tanh":  # a module set by hand: its own approximation
         net.head.activation = torch.nn.GELU(approximate="tanh")
-    lik = CategoricalLikelihood() if head == "categorical" else GaussianLikelihood(3)
+    lik = CategoricalLikelihood() if head == "categorical" else GaussianLikelihood(k)
     members = [[p.detach() + 0.3 * torch.randn_like(p) for p in [*net.parameters(), *lik.parameters()]]
                for _ in range(3)]
     X = torch.randn(20, 6)
-    y = torch.randint(0, 3, (20,)) if head == "categorical" else torch.randn(20, 3)
+    y = torch.randint(0, 3, (20,)) if head == "categorical" else torch.randn(20, k)
     net, lik = net.to(device), lik.to(device)
     members = [[p.to(device) for p in member] for member in members]
     X, y = X.to(device), y.to(device)
