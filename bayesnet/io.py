@@ -87,6 +87,8 @@ class _Encoder:
         """A JSON-able form of ``v``; arrays become references to tensors named ``key``."""
         if v is None or isinstance(v, (bool, str)):
             return v
+        if isinstance(v, np.bool_):
+            return bool(v)
         if isinstance(v, (int, np.integer)):
             return int(v)
         if isinstance(v, (float, np.floating)):
@@ -235,6 +237,8 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
         For a model, or a pipeline step, of a class the format does not hold.
     ValueError
         For a parameter that is not plain data (a callable, a custom prior object).
+    FileNotFoundError
+        If the folder ``path`` names does not exist (nothing is written).
     """
     from safetensors.torch import save_file
     from sklearn.pipeline import Pipeline
@@ -252,6 +256,9 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     text = json.dumps(spec)
     header = {"format": FORMAT, "version": str(VERSION), "spec": text, "sha256": _checksum(text, tensors)}
     path = os.fspath(path)
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):  # (else safetensors' own error, naming the temporary file)
+        raise FileNotFoundError(errno.ENOENT, "no such folder to write the model file in", folder)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         save_file(tensors, tmp, metadata=header)
@@ -500,6 +507,20 @@ _SCALER_STATISTICS = {"StandardScaler": {"mean_": "with_mean", "scale_": "with_s
                       "MinMaxScaler": {"min_": None, "scale_": None}, "MaxAbsScaler": {"scale_": None}}
 
 
+def _check_feature_names(obj) -> None:
+    """``feature_names_in_``, where a model file sets it: one string per input feature (``n_features_in_``), as
+    scikit-learn's fit leaves it; ValueError otherwise (a crafted file's names would be compared with a
+    DataFrame's columns at predict, and name the wrong columns in the command line's output)."""
+    names = getattr(obj, "feature_names_in_", None)
+    if names is None:
+        return
+    n = getattr(obj, "n_features_in_", None)
+    if not (isinstance(names, np.ndarray) and names.ndim == 1 and all(isinstance(x, str) for x in names)
+            and (n is None or len(names) == n)):
+        raise ValueError(f"malformed model file: {type(obj).__name__}.feature_names_in_ must be one string per "
+                         f"input feature ({n}), got {names!r:.200}.")
+
+
 def _check_transformer(obj) -> None:
     """A pipeline step's fitted state, checked as data: ``n_features_in_`` a positive integer, every fitted numeric
     array finite floats of one entry per input feature (a scaler's statistics), a scale positive, a Takens
@@ -520,6 +541,7 @@ def _check_transformer(obj) -> None:
     for attr, flag in _SCALER_STATISTICS.get(name, {}).items():
         if not isinstance(getattr(obj, attr, None), np.ndarray) and (flag is None or getattr(obj, flag)):
             raise ValueError(f"malformed model file: the {name} lacks its {attr}.")
+    _check_feature_names(obj)
     if hasattr(obj, "_check_span"):
         if n is None:
             raise ValueError(f"malformed model file: the {name} has no n_features_in_.")
@@ -569,6 +591,7 @@ def _build_estimator(spec: dict, tensors):
         setattr(est, attr, value)
     _check_input_map(est)
     _check_outputs(est)
+    _check_feature_names(est)
     t = spec["trace"]
     buffer, shapes = _draws_buffer(est, t, tensors)
     n_slots, n_draws = buffer.shape[0], buffer.shape[1]
@@ -656,6 +679,8 @@ def _load(spec, tensors, path, return_metadata: bool):
 
         steps = []
         classes = _transformer_classes()
+        if not spec["steps"]:
+            raise ValueError("malformed model file: a pipeline without steps (save writes at least its estimator).")
         for i, step in enumerate(spec["steps"]):
             if i == len(spec["steps"]) - 1:
                 steps.append((step["name"], _build_estimator(step, tensors)))

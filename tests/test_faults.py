@@ -506,20 +506,39 @@ def test_a_draw_with_a_nonfinite_noise_scale_is_left_out_of_std_and_intervals(sm
     assert np.isfinite(mean).all() and np.isfinite(std).all() and np.isfinite(lower).all()
 
 
+def test_a_target_near_float64s_limit_is_standardised_without_overflow(iris):
+    """Before: finite targets of 1e300 overflowed y.std() (its squares), the scale became inf and every prediction
+    inf. The target map now takes the moments over y's largest magnitude there: the same fit, on y's scale."""
+    X, _ = iris
+    kw = dict(hidden_layer_sizes=(4,), n_draws=5, burn_in=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        huge = BayesianMLPRegressor(**kw).fit(X[:, :3], X[:, 3].astype(np.float64) * 1e300)
+        ordinary = BayesianMLPRegressor(**kw).fit(X[:, :3], X[:, 3])
+    mean, lower, upper = huge.predict(X[:, :3], return_interval=True)
+    assert np.isfinite(huge.y_scale_).all() and np.isfinite(lower).all() and np.isfinite(upper).all()
+    np.testing.assert_allclose(mean / 1e300, ordinary.predict(X[:, :3]), rtol=1e-4)
+
+
 def test_rows_with_no_finite_draw_raise_instead_of_becoming_a_class(small_fits, iris):
     """Before: inputs far outside the training range gave NaN probabilities (and classes argmax'd from them), and
     NaN regression means and standard deviations, silently."""
     X, _ = iris
     clf, reg = small_fits
     huge = X * 1e38  # the classifier's outputs overflow for some rows under every draw
-    for method in (clf.predict, clf.predict_proba):
+    for method in (clf.predict, clf.predict_proba, clf.predict_draws):  # (predict_draws returned NaN silently)
         with pytest.raises(ValueError, match="not finite under any posterior draw for some rows"):
             method(huge)
     reg = copy.deepcopy(reg)  # (the regressor's may not: a row whose hidden units all read -inf is finite)
     n_net = sum(p.numel() for p in reg.module_.parameters() if p.requires_grad)
     reg.trace_._buffer[:, :, :n_net] = float("nan")  # every draw's network non-finite, as a bad file could hold
-    with pytest.raises(ValueError, match="not finite under any posterior draw"):
-        reg.predict(X[:, :3], return_std=True)
+    for method in (lambda Z: reg.predict(Z, return_std=True), reg.predict_draws):
+        with pytest.raises(ValueError, match="not finite under any posterior draw"):
+            method(X[:, :3])
+    reg.trace_._buffer[:, 3:, :n_net] = small_fits[1].trace_._buffer[:, 3:, :n_net]  # three draws poisoned
+    with pytest.warns(RuntimeWarning, match="not finite"):  # some draws: returned as they are, with a warning
+        draws = reg.predict_draws(X[:, :3])
+    assert np.isnan(draws).all(axis=1).sum() == 3 and np.isfinite(draws).all(axis=1).sum() == 7
 
 
 # ---------------------------------------------------------------------- #

@@ -267,6 +267,10 @@ def test_what_cannot_be_saved_safely_is_refused(tmp_path):
 
         bayesnet.save(LogisticRegression().fit(X, y), tmp_path / "l.bayesnet")
     assert not list(tmp_path.glob("*.tmp-*"))  # a failed save leaves no temporary file
+    with pytest.raises(FileNotFoundError, match="no such folder"):  # (before: safetensors' error, naming a .tmp)
+        bayesnet.save(pipe[-1], tmp_path / "missing" / "m.bayesnet")
+    bayesnet.save(pipe[-1], tmp_path / "m.bayesnet", metadata={"flag": np.bool_(True), "n": np.int64(3)})
+    assert bayesnet.load(tmp_path / "m.bayesnet", return_metadata=True)[1] == {"flag": True, "n": 3}
 
 
 def test_a_cuda_fitted_model_loads_on_the_cpu(tmp_path, monkeypatch):
@@ -380,6 +384,13 @@ CRAFTED = {
                                                 None, "exceeds the 4 lag columns"),
     "a scaler's mean for one feature": ("pipe", _set(lambda s: s["steps"][1]["fitted"], "mean_", 0.0), None,
                                         "StandardScaler.mean_ must be 2 finite floats"),
+    "a pipeline without steps": ("pipe", _set(lambda s: s, "steps", []), None, "a pipeline without steps"),
+    "two feature names for four features": ("class", _set(lambda s: _est(s)["fitted"], "feature_names_in_",
+                                                          {"__strings__": ["a", "b"], "shape": [2], "kind": "O"}),
+                                            None, "feature_names_in_ must be one string per input feature (4)"),
+    "a scaler's feature names for one feature": ("pipe", _set(lambda s: s["steps"][1]["fitted"], "feature_names_in_",
+                                                              {"__strings__": ["a"], "shape": [1], "kind": "O"}),
+                                                 None, "StandardScaler.feature_names_in_ must be one string"),
     "a scaler without its scale": ("pipe", _set(lambda s: s["steps"][1]["fitted"], "scale_", None), None,
                                    "the StandardScaler lacks its scale_"),
     "a network too large for torch": ("class", _set(lambda s: _est(s)["params"], "hidden_layer_sizes", [2 ** 62] * 2),

@@ -15,6 +15,7 @@ and ``run_single_epoch`` runs the steps without reading the device at every step
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -548,8 +549,6 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     @property
     def n_draws_(self) -> int:
         """Deprecated alias of ``n_draws_kept_`` (all chains together; ``n_draws`` is per chain)."""
-        import warnings
-
         warnings.warn("n_draws_ is renamed n_draws_kept_ (the draws of all chains together; n_draws is per "
                       "chain); n_draws_ will be removed.", FutureWarning, stacklevel=2)
         return len(self.trace_)
@@ -595,10 +594,21 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         return PosteriorPredictive(self.module_, names, params[: len(names)], self.device_)
 
     def _network_outputs(self, X) -> torch.Tensor:
-        """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32."""
+        """Raw network outputs for every draw, shape (n_draws, n_samples, n_outputs), CPU float32 (``predict_draws``).
+
+        Held to the averages' rule: a row with no finite output under any draw raises the ``ValueError`` that
+        ``predict``/``predict_proba`` raise, and non-finite (draw, row) outputs, returned as they are, warn."""
         predictive = self._predictive()
         X = self._validate_X(X, reset=False)
-        return torch.cat([out.float().cpu() for _, out in predictive.outputs(X)], dim=1)
+        blocks = []
+        for _, out in predictive.outputs(X):
+            predictive._finite(out)
+            blocks.append(out.float().cpu())
+        if predictive.n_nonfinite:
+            warnings.warn(f"{predictive.n_nonfinite} (draw, row) network outputs are not finite (returned as they "
+                          "are); the inputs may be far outside the training data's range.", RuntimeWarning,
+                          stacklevel=3)
+        return torch.cat(blocks, dim=1)
 
     def __getstate__(self):
         state = super().__getstate__()

@@ -63,7 +63,8 @@ class BayesianClassifierMixin(ClassifierMixin):
         sklearn.exceptions.NotFittedError
             Before ``fit``.
         ValueError
-            On NaN/inf input or a feature count that differs from ``fit``.
+            On NaN/inf input, a feature count that differs from ``fit``, or a row whose outputs are not finite
+            under any draw (as ``predict_proba``; some non-finite draws warn and come back as NaN).
         """
         return torch.softmax(self._network_outputs(X).double(), dim=-1).numpy()
 
@@ -131,8 +132,13 @@ class BayesianRegressorMixin(RegressorMixin):
         y2 = y.reshape(len(y), -1)
         if reset:
             self.n_outputs_ = y2.shape[1]
-            self.y_mean_ = y2.mean(axis=0)
-            scale = y2.std(axis=0)
+            self.y_mean_, scale = y2.mean(axis=0), y2.std(axis=0)
+            if not (np.isfinite(self.y_mean_).all() and np.isfinite(scale).all()):
+                # finite targets near float64's limit (|y| ~ 1e154 and up): the squares overflow. The same
+                # moments of y over its largest magnitude, scaled back
+                top = np.abs(y2).max(axis=0)
+                top = np.where(top > 0, top, 1.0)
+                self.y_mean_, scale = (y2 / top).mean(axis=0) * top, (y2 / top).std(axis=0) * top
             self.y_scale_ = np.where(scale > 0, scale, 1.0)
         elif y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} columns, but the model was fitted with {self.n_outputs_}.")
@@ -168,6 +174,12 @@ class BayesianRegressorMixin(RegressorMixin):
             ``f_theta_d(x)`` in the units of ``y``.
         noise_std : ndarray of shape (n_draws,) or (n_draws, n_outputs)
             Only with ``return_noise_std=True``: ``sigma_d`` in the units of ``y``.
+
+        Raises
+        ------
+        ValueError
+            On NaN/inf input, a feature count that differs from ``fit``, or a row whose outputs are not finite
+            under any draw (as ``predict``; some non-finite draws warn and come back as they are).
         """
         mean, std = self._draws_standardised(X)
         means = self._squeeze(mean.numpy() * self.y_scale_ + self.y_mean_)
