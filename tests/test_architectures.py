@@ -305,6 +305,10 @@ def test_rnn_takes_windows_and_takens_pipelines(henon):
     assert seq.input_shape_ == (4, 2) and seq.predict_proba(np.stack([Xte, Xte ** 2], axis=2)).shape == (len(Xte), 2)
     with pytest.raises(ValueError, match=r"samples of shape \(4, 1\)"):
         seq.predict(Xte[:, :, None])
+    with pytest.raises(ValueError, match=r"samples of shape \(3, 2\), but .* fitted with samples of shape \(4, 2\)"):
+        seq.predict(np.stack([Xte, Xte ** 2], axis=2)[:, :3])  # (before: "X has 3 features, ... expecting 4")
+    with pytest.raises(ValueError, match="n_lags must be a positive integer, got True"):
+        make_forecasting_windows(s, n_lags=True)
     with pytest.raises(ValueError, match="expects X of shape"):
         seq.fit(Xtr[:, :, None, None], ytr > 0.5)
 

@@ -222,7 +222,19 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     # timestamp, would lose its spread in float32 before centring); the network then takes float32
     _input_dtypes = [np.float64, np.float32]
 
+    def _check_samples_shape(self, X, reset: bool) -> None:
+        """Input of more than two axes against the fitted per-sample shape, before scikit-learn's feature count,
+        which reads only the second axis ("X has 1 features, but ... is expecting 2" for a sequence of another
+        length)."""
+        shape, fitted = getattr(X, "shape", None), getattr(self, "input_shape_", None)
+        if reset or shape is None or len(shape) <= 2 or fitted is None or len(fitted) != len(shape) - 1:
+            return
+        if tuple(shape[1:]) != tuple(fitted):
+            raise ValueError(f"X has samples of shape {tuple(shape[1:])}, but {type(self).__name__} was fitted with "
+                             f"samples of shape {tuple(fitted)}.")
+
     def _validate_X(self, X, reset: bool):
+        self._check_samples_shape(X, reset)
         X = validate_data(self, X, reset=reset, dtype=self._input_dtypes, ensure_min_samples=1,
                           allow_nd=self._allow_nd)
         return self._standardize(self._shape_input(X, reset), reset)
@@ -230,6 +242,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def _validate_fit_data(self, X, y, reset: bool, classes=None):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        self._check_samples_shape(X, reset)
         X, y = validate_data(self, X, y, reset=reset, dtype=self._input_dtypes, multi_output=True,
                              y_numeric=False, ensure_min_samples=2, allow_nd=self._allow_nd)
         X = self._standardize(self._shape_input(X, reset), reset)
