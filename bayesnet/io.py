@@ -237,10 +237,11 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
         For a model, or a pipeline step, of a class the format does not hold.
     ValueError
         For a parameter that is not plain data (a callable, a custom prior object).
-    FileNotFoundError
-        If the folder ``path`` names does not exist (nothing is written).
+    OSError
+        If the file cannot be written (``FileNotFoundError`` when the folder ``path`` names does not exist; a full
+        disk, a file-size limit, no permission); nothing is left at ``path`` then, nor a temporary file.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save as serialise
     from sklearn.pipeline import Pipeline
 
     enc = _Encoder()
@@ -260,8 +261,11 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     if not os.path.isdir(folder):  # (else safetensors' own error, naming the temporary file)
         raise FileNotFoundError(errno.ENOENT, "no such folder to write the model file in", folder)
     tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        save_file(tensors, tmp, metadata=header)
+    data = serialise(tensors, metadata=header)
+    try:  # our own file (safetensors' save_file writes a private temporary file, mode 0600 whatever the umask,
+        # and reports a failed write as its own error, not an OSError)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

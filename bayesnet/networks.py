@@ -91,9 +91,19 @@ def linear_chains(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
 
 
+def _positive_integers(values) -> bool:
+    """Whether every entry of ``values`` is a positive whole number (not a bool or a string; 3.0 counts)."""
+    try:
+        return all(not isinstance(v, (bool, str, bytes)) and int(v) == v and v >= 1 for v in values)
+    except (TypeError, ValueError, OverflowError):  # (None, NaN, infinity, an object without int)
+        return False
+
+
 def _dense_sizes(sizes, name: str) -> tuple[int, ...]:
-    sizes = (sizes,) if isinstance(sizes, int) else tuple(sizes)
-    if any(isinstance(h, bool) or int(h) != h or h < 1 for h in sizes):
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        sizes = (sizes,)
+    sizes = tuple(sizes)
+    if not _positive_integers(sizes):
         raise ValueError(f"{name} must be positive integers, got {sizes!r}.")
     return tuple(int(h) for h in sizes)
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import pytest
 
+import bayesnet
 from bayesnet import BayesianMLPClassifier
 from bayesnet import cli
 import bayesnet.cli.commands  # noqa: F401  (cli.commands)
@@ -194,8 +195,10 @@ def test_set_reaches_the_documented_parameters_taken_through_keywords(tmp_path, 
     assert "--set compile must be" in capsys.readouterr().err
 
 
-def test_bad_network_setting_found_when_the_network_is_built(tmp_path, capsys, good_csv):
-    assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "hidden_layer_sizes=(0,)",
+@pytest.mark.parametrize("value", ["(0,)", "10.5", "abc", "(10,None)"])
+def test_bad_network_setting_found_when_the_network_is_built(tmp_path, capsys, good_csv, value):
+    """(Before: 10.5 gave "'float' object is not iterable", abc "invalid literal for int()".)"""
+    assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", f"hidden_layer_sizes={value}",
                  "--output", ""]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --set hidden_layer_sizes: hidden_layer_sizes must be positive integers")
@@ -235,10 +238,11 @@ OPTION_CASES = [
     (["--set", "sampler__frction=0.1"], "--set sampler__frction: the sghmc sampler has no hyperparameter 'frction'"),
     (["--set", "prior_scale=-1"], "--set prior_scale: prior scale must be a finite number > 0, got -1"),
     (["--set", "max_epochs=0"], "--set max_epochs must be an int in the range [1, inf) or None. Got 0 instead."),
-    (["--set", "sampler__friction=-1"],
-     "--set sampler__friction: --set sampler__friction must be a float in the range (0.0, 1.0]. Got -1 instead."),
+    (["--set", "sampler__friction=-1"],  # (once: the library's message names the option already)
+     "error: --set sampler__friction must be a float in the range (0.0, 1.0]. Got -1 instead."),
     (["--sampler", "sghmc", "--friction", "2"],
-     "--friction: --friction must be a float in the range (0.0, 1.0]. Got 2.0 instead."),
+     "error: --friction must be a float in the range (0.0, 1.0]. Got 2.0 instead."),
+    (["--set", "n_jobs=0"], "--set n_jobs must be an int in the range (-inf, -1], an int in the range [1, inf)"),
     (["--set", "sampler=nuts"], "--set sampler=nuts: unknown sampler"),
     (["--step-size", "1e-4", "--set", "sampler__step_size=1e-3"], "--set sampler__step_size repeats --step-size"),
     (["--set", "prior_scale=1", "--set", "prior_scale=2"], "--set prior_scale was given twice"),
@@ -273,13 +277,50 @@ def test_option_combinations(capsys, argv, message):
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_cuda_without_cuda_is_refused_before_reading(capsys, good_csv, monkeypatch):
+def test_cuda_or_mps_without_them_is_refused_before_reading(capsys, good_csv, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(SystemExit):
-        main(["fit", "--data", good_csv, "--target", "label", *TINY, "--device", "cuda"])
-    assert "--device cuda: CUDA is not available on this machine" in capsys.readouterr().err
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    for device, kind in (("cuda", "CUDA"), ("mps", "MPS")):  # (mps: a traceback from torch before)
+        with pytest.raises(SystemExit):
+            main(["fit", "--data", good_csv, "--target", "label", *TINY, "--device", device])
+        assert f"--device {device}: {kind} is not available on this machine" in capsys.readouterr().err
+
+
+def test_step_size_auto_and_the_warnings_in_command_line_words(tmp_path, capsys, good_csv):
+    """--step-size auto, as the help's default and the guide say (refused as not a number before), and the
+    library's warnings in the command's spelling (before: "burn_in (now ...", "n_draws or thinning")."""
+    assert main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "5", "--burn-in", "20", "--hidden",
+                 "4", "--step-size", "auto", "--output", ""]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and "--burn-in (now 20 steps)" in err and "burn_in (now" not in err
+    assert "n_draws" not in err and "thinning (now" not in err
+
+
+def test_a_model_or_predictions_that_cannot_be_written_exit_1(tmp_path, capsys, fitted, good_csv, monkeypatch):
+    """A write that fails after the checks (here: the disk refuses it) is one line and exit code 1 (before:
+    safetensors' error and pandas' OSError went out as tracebacks), and leaves no partial file."""
+    import builtins
+
+    model, data = fitted
+    real_open = builtins.open
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        if "w" in str(mode) and str(path).startswith(str(tmp_path / "out")):
+            raise OSError(28, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+
+    capsys.readouterr()
+    monkeypatch.setattr(builtins, "open", full_disk)
+    assert main(["predict", model, "--data", data, "--output", str(tmp_path / "out.csv")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write the predictions to {tmp_path / 'out.csv'}: No space left on device.\n"
+    assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--hidden", "4", "--output",
+                 str(tmp_path / "out.bayesnet")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: cannot write the model to ") and "Traceback" not in "".join(err)
+    assert not list(tmp_path.glob("out*"))
 
 
 def test_help_shows_a_default_for_every_option(capsys):
@@ -332,6 +373,20 @@ def test_predict_refuses_a_pickle_without_allow_pickle_and_runs_no_code(tmp_path
     # with the flag the user takes responsibility; a pickle that is no bayesnet model is still refused
     assert main(["predict", str(evil), "--data", good_csv, "--allow-pickle"]) == 2
     assert "not a bayesnet model file" in capsys.readouterr().err
+
+
+def test_a_trusted_pickle_s_metadata_is_checked_as_a_model_file_s(tmp_path, capsys, fitted):
+    """(Before: a pickle bundle skipped the metadata checks: no feature names gave a KeyError traceback.)"""
+    model, data = fitted
+    pipeline, meta = bayesnet.load(model, return_metadata=True)
+    bundle = tmp_path / "old.joblib"
+    joblib.dump({"model": pipeline, "meta": {k: v for k, v in meta.items() if k != "features"}}, bundle)
+    capsys.readouterr()
+    assert main(["predict", str(bundle), "--data", data, "--allow-pickle"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "malformed bayesnet model file" in err and "Traceback" not in err
+    joblib.dump({"model": pipeline, "meta": meta}, bundle)
+    assert main(["predict", str(bundle), "--data", data, "--allow-pickle"]) == 0
 
 
 def test_predict_reads_a_model_whose_header_length_spells_a_pickle_magic(tmp_path, capsys, fitted):

@@ -7,7 +7,7 @@ import signal
 import sys
 import warnings
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import numpy as np
 
@@ -54,7 +54,9 @@ def load_model(path: str, allow_pickle: bool = False):
         with open(path, "rb") as fh:
             head = fh.read(9)
         if not _is_safetensors(head, os.path.getsize(path)) and head.startswith(_PICKLE_MAGIC + _COMPRESSED_MAGIC):
-            return _load_pickle(path, allow_pickle)
+            model, meta = _load_pickle(path, allow_pickle)
+            _check_metadata(path, model, meta)  # (the metadata is data whichever file held it)
+            return model, meta
         model, meta = load(path, return_metadata=True)
     except OSError as exc:  # (not found and directories were refused above: unreadable, or gone meanwhile)
         raise CLIError(f"cannot read the model file {path!r} ({exc.strerror or exc}).") from None
@@ -192,6 +194,8 @@ def _split(X, y, settings: dict, args):
 
 def _fit(args) -> int:
     settings = _fit_settings(args)
+    _GIVEN.clear()
+    _GIVEN.update(settings["given"])
     settings["input_shape"] = args.input_shape
     _check_output_path(args.output)
     X, y, features = _fit_data(settings, args)
@@ -344,14 +348,24 @@ def _predict(args) -> int:
         table = {"row": index, "prediction": mean, "std": std, "lower": lo, "upper": hi}
     frame = pd.DataFrame(table)
     if args.output:
-        frame.to_csv(args.output, index=False, float_format="%.6g")
+        try:
+            frame.to_csv(args.output, index=False, float_format="%.6g")
+        except OSError as exc:  # (a full disk or a file-size limit leaves a truncated file: removed)
+            with suppress(OSError):
+                if os.path.isfile(args.output):
+                    os.remove(args.output)
+            raise CLIError(f"cannot write the predictions to {args.output}: {exc.strerror or exc}.", code=1) from None
         print(f"{len(frame)} predictions written to {args.output}", file=sys.stderr)
     else:
         frame.to_csv(sys.stdout, index=False, float_format="%.6g", lineterminator="\n")
     return 0
 
+#: how the running command spelled each parameter (``_fit_settings``' ``given``), for its warnings' words
+_GIVEN: dict = {}
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"warning: {message}", file=sys.stderr if file is None else file)
+    print(f"warning: {_cli_words(str(message), _GIVEN)}", file=sys.stderr if file is None else file)
 
 
 def main(argv=None) -> int:

@@ -43,6 +43,13 @@ def _cli_words(message: str, given: dict | None = None) -> str:
 
     message = re.sub(r"\bsampler__(?P<name>\w+)(?:=(?P<value>[^\s,;)]+))?", option_value, message)
     message = re.sub(r"\bburn_in(?= \(now)", lambda m: _option("burn_in", given), message)  # "increase burn_in (now"
+    # the warnings' advice ("more n_draws or thinning (now ...)", "several chains (n_chains)", "Use
+    # prior_scale='auto'") and the library's pointer to fit_status_, which the command prints itself
+    message = re.sub(r"\bn_draws or thinning\b",
+                     lambda m: f"{_option('n_draws', given)} or {_option('thinning', given)}", message)
+    message = re.sub(r"\(n_chains\)", lambda m: f"({_option('n_chains', given)})", message)
+    message = re.sub(r"\bprior_scale(?==)", lambda m: _option("prior_scale", given), message)
+    message = re.sub(r"\s*\(see fit_status_\)|;\s*see fit_status_", "", message)
     from ..samplers import available_samplers, get_sampler_class
 
     sampler_classes = {get_sampler_class(n).__name__ for n in available_samplers()}
@@ -145,8 +152,9 @@ def _fit_settings(args) -> dict:
         make_sampler(sampler, **sampler_params)
     except (TypeError, ValueError) as exc:
         bad = [k for k in sampler_params if re.search(rf"\b{k}\b", str(exc))]
+        message = _cli_words(str(exc), given)
         prefix = f"{_option('sampler__' + bad[0], given)}: " if bad else ""
-        error(prefix + _cli_words(str(exc), given))
+        error(message if prefix and message.startswith(prefix.rstrip(": ")) else prefix + message)
     est = cls(**params)
     try:
         # the estimator's scikit-learn parameter constraints (private; partial_fit checks them again anyway)
@@ -154,12 +162,14 @@ def _fit_settings(args) -> dict:
         make_prior(params["prior_scale"], make_sampler(sampler, **sampler_params))
     except (TypeError, ValueError) as exc:
         error(_cli_words(str(exc), given))
-    if str(params["device"]).startswith("cuda"):
-        import torch
+    from ..estimators.base import resolve_device
 
-        if not torch.cuda.is_available():
-            error(f"{_option('device', given)} {params['device']}: CUDA is not available on this machine; "
-                  "use cpu or auto")
+    try:
+        resolve_device(params["device"])
+    except ValueError:
+        kind_of = "MPS" if str(params["device"]).startswith("mps") else "CUDA"
+        error(f"{_option('device', given)} {params['device']}: {kind_of} is not available on this machine; "
+              "use cpu or auto")
     forecast = dict(dimension=args.dimension or _FORECAST_DEFAULTS["dimension"],
                     delay=args.delay or _FORECAST_DEFAULTS["delay"])
     return dict(source=source, task=task, kind=kind, params=params, given=given, cls=cls, **forecast)

@@ -69,6 +69,9 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
+def _positive_float_or_auto(text: str) -> float | str:
+    return "auto" if text == "auto" else _positive_float(text)
+
 def _non_negative_float(text: str) -> float:
     value = _number(text)
     if value < 0:
@@ -226,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(default: none; prior_scale is {_per_dataset('prior_scale')})")
     sampling = f.add_argument_group("sampling")
     sampling.add_argument("--sampler", choices=available_samplers(), help="sampling algorithm (default: sghmc)")
-    sampling.add_argument("--step-size", type=_positive_float, metavar="ETA",
+    sampling.add_argument("--step-size", type=_positive_float_or_auto, metavar="ETA",
                           help=f"sampler step size, sampler__step_size (default: {_per_dataset('step_size')})")
     sampling.add_argument("--friction", type=_non_negative_float, metavar="GAMMA",
                           help="sampler friction, sampler__friction, for the samplers that have one (sghmc, baoab, "

@@ -23,7 +23,7 @@ import torch
 from skorch import NeuralNet
 from skorch.callbacks import Callback
 from sklearn.base import clone
-from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
+from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..predictive import PosteriorPredictive
@@ -44,7 +44,7 @@ def resolve_device(device) -> torch.device:
     Raises
     ------
     ValueError
-        If CUDA is requested but not available, or the string is not a device.
+        If CUDA (or Apple's MPS) is requested but not available, or the string is not a device.
     """
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -54,6 +54,10 @@ def resolve_device(device) -> torch.device:
         raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested but CUDA is not available; use 'cpu' or 'auto'.")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r} was requested but MPS is not available; use 'cpu' or 'auto'.")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.")
     return dev
 
 
@@ -70,12 +74,12 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         "sampler": [StrOptions(set()), Sampler, type],
         "n_draws": [Interval(Integral, 1, None, closed="left")],
         "n_chains": [Interval(Integral, 1, None, closed="left")],
-        "n_jobs": [Integral, None],
+        "n_jobs": [Interval(Integral, None, -1, closed="right"), Interval(Integral, 1, None, closed="left"), None],
         "burn_in": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "thinning": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "prior_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto", "fan_in", "hierarchical"}),
                         object],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), Options(Integral, {-1}), StrOptions({"auto"})],
         "max_epochs": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -134,8 +138,6 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         params = {k: getattr(self, k) for k in constraints}
         if isinstance(self.sampler, str) and self.sampler not in available_samplers():
             raise ValueError(f"unknown sampler {self.sampler!r}; valid names are {available_samplers()}.")
-        if self.batch_size == -1:
-            params.pop("batch_size")
         validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
         # the sampler's own hyperparameters (unknown names, ranges); "auto" is resolved with the data, in fit
         run.make_plan(self, 1, burn_in=run.AUTO_BURN_IN_MAX if self.burn_in == "auto" else None)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..networks import CNN
+from ..networks import CNN, _positive_integers
 from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
@@ -45,9 +45,9 @@ _ARCH_DOC = """
 def _check_shape(input_shape) -> tuple[int, ...]:
     try:
         shape = tuple(input_shape)
-        ok = len(shape) in (2, 3) and all(not isinstance(s, bool) and int(s) == s and s >= 1 for s in shape)
     except TypeError:
-        ok = False
+        shape = ()
+    ok = not isinstance(input_shape, (str, bytes)) and len(shape) in (2, 3) and _positive_integers(shape)
     if not ok:
         raise ValueError("input_shape must be (channels, length) or (channels, height, width) with positive "
                          f"integers, or None, got {input_shape!r}.")

@@ -715,7 +715,7 @@ def convergence_messages(net, state) -> list[str]:
         labels = {"log_likelihood": f"summed over {ll['rows']} rows" if ll else "summed",
                   "pointwise_log_likelihood": f"median of {conv['pointwise_log_likelihood']['rows']} rows' own"
                   if "pointwise_log_likelihood" in conv else ""}
-        figures = ", ".join(f"{labels.get(name) or name} {rhat:.2f}" for name, rhat in worst)
+        figures = ", ".join(f"{labels.get(name) or name} {rhat:.3f}" for name, rhat in worst)
         # a trend, not slow mixing: the summed log-likelihood's R-hat is high and it rose through every quarter of
         # the draws (a stationary chain's four quarter means come out in increasing order 1 time in 24, more
         # often when it mixes slowly; a chain still fitting, nearly always). A convergence_ from before the
