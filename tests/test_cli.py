@@ -286,6 +286,9 @@ def test_cuda_or_mps_without_them_is_refused_before_reading(capsys, good_csv, mo
         with pytest.raises(SystemExit):
             main(["fit", "--data", good_csv, "--target", "label", *TINY, "--device", device])
         assert f"--device {device}: {kind} is not available on this machine" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # not a device at all: said so, not "CUDA is not available"
+        main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "device=xpu"])
+    assert "--set device: device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'xpu'" in capsys.readouterr().err
 
 
 def test_step_size_auto_and_the_warnings_in_command_line_words(tmp_path, capsys, good_csv):
@@ -312,10 +315,15 @@ def test_a_model_or_predictions_that_cannot_be_written_exit_1(tmp_path, capsys, 
         return real_open(path, mode, *args, **kwargs)
 
     capsys.readouterr()
+    (tmp_path / "out.csv").write_text("precious")  # an existing file: left as it was (the review's case)
     monkeypatch.setattr(builtins, "open", full_disk)
     assert main(["predict", model, "--data", data, "--output", str(tmp_path / "out.csv")]) == 1
     err = capsys.readouterr().err
     assert err == f"error: cannot write the predictions to {tmp_path / 'out.csv'}: No space left on device.\n"
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert (tmp_path / "out.csv").read_text() == "precious"
+    (tmp_path / "out.csv").unlink()
+    monkeypatch.setattr(builtins, "open", full_disk)
     assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--hidden", "4", "--output",
                  str(tmp_path / "out.bayesnet")]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -137,7 +137,7 @@ def test_a_chain_still_fitting_is_told_to_burn_in_longer(iris):
     # each figure named by what it summarises: the sum over the check rows, the median row
     est.convergence_["pointwise_log_likelihood"]["rhat"] = 1.2
     general = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
-    assert f"(summed over 150 rows {ll['rhat']:.2f}, median of 64 rows' own 1.20)" in general[0]
+    assert f"(summed over 150 rows {ll['rhat']:.3f}, median of 64 rows' own 1.200)" in general[0]
 
 
 def _autoregressive_rows(rng, phi=0.8, n=100, rows=64):

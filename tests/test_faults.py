@@ -518,6 +518,12 @@ def test_a_target_near_float64s_limit_is_standardised_without_overflow(iris):
     mean, lower, upper = huge.predict(X[:, :3], return_interval=True)
     assert np.isfinite(huge.y_scale_).all() and np.isfinite(lower).all() and np.isfinite(upper).all()
     np.testing.assert_allclose(mean / 1e300, ordinary.predict(X[:, :3]), rtol=1e-4)
+    # both signs at the limit: the differences from the mean overflow too (the reviewer's -inf target)
+    y = np.where(X[:, 3] > 0, 1.7e308, -1.7e308)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        extreme = BayesianMLPRegressor(**kw).fit(X[:, :3], y)
+    assert np.isfinite(extreme.predict(X[:, :3])).all()
 
 
 def test_rows_with_no_finite_draw_raise_instead_of_becoming_a_class(small_fits, iris):

@@ -348,13 +348,15 @@ def _predict(args) -> int:
         table = {"row": index, "prediction": mean, "std": std, "lower": lo, "upper": hi}
     frame = pd.DataFrame(table)
     if args.output:
-        try:
-            frame.to_csv(args.output, index=False, float_format="%.6g")
-        except OSError as exc:  # (a full disk or a file-size limit leaves a truncated file: removed)
-            with suppress(OSError):
-                if os.path.isfile(args.output):
-                    os.remove(args.output)
+        tmp = f"{args.output}.tmp-{os.getpid()}"  # (written whole, then renamed: a failed write leaves no
+        try:  # truncated file, and an existing one as it was)
+            frame.to_csv(tmp, index=False, float_format="%.6g")
+            os.replace(tmp, args.output)
+        except OSError as exc:
             raise CLIError(f"cannot write the predictions to {args.output}: {exc.strerror or exc}.", code=1) from None
+        finally:
+            with suppress(OSError):
+                os.remove(tmp)
         print(f"{len(frame)} predictions written to {args.output}", file=sys.stderr)
     else:
         frame.to_csv(sys.stdout, index=False, float_format="%.6g", lineterminator="\n")
@@ -388,6 +390,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with warnings.catch_warnings():
+            _GIVEN.clear()  # (a previous command's spelling, in the same process: none)
             warnings.showwarning = _show_warning  # one line per warning, in the command's words, not Python's
             return {"fit": _fit, "predict": _predict}[args.command](args)
     except CLIError as exc:

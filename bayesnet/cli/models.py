@@ -166,10 +166,10 @@ def _fit_settings(args) -> dict:
 
     try:
         resolve_device(params["device"])
-    except ValueError:
+    except ValueError as exc:
         kind_of = "MPS" if str(params["device"]).startswith("mps") else "CUDA"
-        error(f"{_option('device', given)} {params['device']}: {kind_of} is not available on this machine; "
-              "use cpu or auto")
+        error(f"{_option('device', given)} {params['device']}: {kind_of} is not available on this machine; use cpu "
+              "or auto" if "not available" in str(exc) else _cli_words(str(exc), given))
     forecast = dict(dimension=args.dimension or _FORECAST_DEFAULTS["dimension"],
                     delay=args.delay or _FORECAST_DEFAULTS["delay"])
     return dict(source=source, task=task, kind=kind, params=params, given=given, cls=cls, **forecast)

@@ -70,8 +70,8 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         merge their draws; None keeps all chains vectorised in this process.
         Each group is vectorised in its worker. The layout is the fit's:
         ``partial_fit`` continues a grouped fit in its groups, and chains
-        started in this process here (a changed ``n_jobs`` takes effect at
-        the next ``fit``).
+        started in this process here (a changed ``n_jobs`` takes effect when
+        a ``fit`` starts new chains).
     prior_scale : {"auto", "hierarchical", "fan_in"}, float or prior object, default="auto"
         The prior on the network's weights (:mod:`bayesnet.priors`).
         "hierarchical": a precision with a ``Gamma(1, 1)`` hyperprior for

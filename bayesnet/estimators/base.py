@@ -380,7 +380,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         self._validate_hyperparameters()  # every path: fresh, continuing, groups of chains in workers
         # the process layout is the fit's: groups of chains in workers from a fresh fit with n_jobs (continued in
         # their groups whatever n_jobs is now); chains started in this process continue here (n_jobs set since
-        # takes effect at the next fit(): the chains are the same either way)
+        # takes effect when a fit starts new chains: the chains are the same either way)
         in_process = getattr(self, "sampler_state_", None) is not None
         if getattr(self, "group_", None) is None and (getattr(self, "shards_", None)
                                                        or (n_groups(self) > 1 and not in_process)):

@@ -64,7 +64,8 @@ class BayesianClassifierMixin(ClassifierMixin):
             Before ``fit``.
         ValueError
             On NaN/inf input, a feature count that differs from ``fit``, or a row whose outputs are not finite
-            under any draw (as ``predict_proba``; some non-finite draws warn and come back as NaN).
+            under any draw (as ``predict_proba``; some non-finite draws warn, their probabilities as softmax
+            gives them).
         """
         return torch.softmax(self._network_outputs(X).double(), dim=-1).numpy()
 
@@ -132,7 +133,8 @@ class BayesianRegressorMixin(RegressorMixin):
         y2 = y.reshape(len(y), -1)
         if reset:
             self.n_outputs_ = y2.shape[1]
-            self.y_mean_, scale = y2.mean(axis=0), y2.std(axis=0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                self.y_mean_, scale = y2.mean(axis=0), y2.std(axis=0)
             if not (np.isfinite(self.y_mean_).all() and np.isfinite(scale).all()):
                 # finite targets near float64's limit (|y| ~ 1e154 and up): the squares overflow. The same
                 # moments of y over its largest magnitude, scaled back
@@ -142,7 +144,11 @@ class BayesianRegressorMixin(RegressorMixin):
             self.y_scale_ = np.where(scale > 0, scale, 1.0)
         elif y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} columns, but the model was fitted with {self.n_outputs_}.")
-        return ((y2 - self.y_mean_) / self.y_scale_).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = (y2 - self.y_mean_) / self.y_scale_
+        if not np.isfinite(z).all():  # (y and its mean of opposite signs near the limit: the difference overflows)
+            z = y2 / self.y_scale_ - self.y_mean_ / self.y_scale_
+        return z.astype(np.float32)
 
     def _build_likelihood(self):
         return GaussianLikelihood(self.n_outputs_, noise_shape=self.noise_shape, noise_scale=self.noise_scale)

@@ -253,8 +253,10 @@ class WarmUp:
             if self.sums is None or self.scratch is None:  # a window's first record, or a state just unpickled
                 # one buffer (see ``sums``), copied into in one launch: each coordinate's arithmetic is the
                 # per-tensor one's, in the same order
-                self.scratch = torch.empty(sum(x.numel() for x in values), dtype=values[0].dtype,
-                                           device=values[0].device)
+                dtype = values[0].dtype
+                for x in values[1:]:  # (one dtype in practice; mixed, the widest: nothing is cast down)
+                    dtype = torch.promote_types(dtype, x.dtype)
+                self.scratch = torch.empty(sum(x.numel() for x in values), dtype=dtype, device=values[0].device)
                 self.scratch_views = [c.view(x.shape) for c, x in
                                       zip(self.scratch.split([x.numel() for x in values]), values)]
             torch._foreach_copy_(self.scratch_views, values)
