@@ -103,12 +103,11 @@ class PosteriorPredictive:
                                  "(see fit_status_).")
         return finite
 
-    def warn_nonfinite(self) -> None:
-        """Warn once per call if some (draw, row) outputs were left out."""
+    def warn_nonfinite(self, fate: str = "were left out of the averages", stacklevel: int = 3) -> None:
+        """Warn once per call if some (draw, row) outputs were not finite, saying what became of them."""
         if self.n_nonfinite:
-            warnings.warn(f"{self.n_nonfinite} (draw, row) network outputs were not finite and were left out of "
-                          "the averages; the inputs may be far outside the training data's range.", RuntimeWarning,
-                          stacklevel=3)
+            warnings.warn(f"{self.n_nonfinite} (draw, row) network outputs were not finite and {fate}; the inputs "
+                          "may be far outside the training data's range.", RuntimeWarning, stacklevel=stacklevel)
 
     # ------------------------------------------------------------------ #
     def class_probabilities(self, X: np.ndarray, level: float | None = None):

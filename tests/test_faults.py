@@ -542,8 +542,9 @@ def test_rows_with_no_finite_draw_raise_instead_of_becoming_a_class(small_fits, 
         with pytest.raises(ValueError, match="not finite under any posterior draw"):
             method(X[:, :3])
     reg.trace_._buffer[:, 3:, :n_net] = small_fits[1].trace_._buffer[:, 3:, :n_net]  # three draws poisoned
-    with pytest.warns(RuntimeWarning, match="not finite"):  # some draws: returned as they are, with a warning
+    with pytest.warns(RuntimeWarning, match="not finite") as record:  # some draws: returned as they are, warned
         draws = reg.predict_draws(X[:, :3])
+    assert record[0].filename == __file__  # (at the caller's line, through the regressor's extra frame)
     assert np.isnan(draws).all(axis=1).sum() == 3 and np.isfinite(draws).all(axis=1).sum() == 7
 
 

@@ -194,8 +194,7 @@ def _split(X, y, settings: dict, args):
 
 def _fit(args) -> int:
     settings = _fit_settings(args)
-    _GIVEN.clear()
-    _GIVEN.update(settings["given"])
+    _GIVEN.update(settings["given"])  # (main cleared it)
     settings["input_shape"] = args.input_shape
     _check_output_path(args.output)
     X, y, features = _fit_data(settings, args)

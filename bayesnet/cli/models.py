@@ -152,9 +152,8 @@ def _fit_settings(args) -> dict:
         make_sampler(sampler, **sampler_params)
     except (TypeError, ValueError) as exc:
         bad = [k for k in sampler_params if re.search(rf"\b{k}\b", str(exc))]
-        message = _cli_words(str(exc), given)
-        prefix = f"{_option('sampler__' + bad[0], given)}: " if bad else ""
-        error(message if prefix and message.startswith(prefix.rstrip(": ")) else prefix + message)
+        message = _cli_words(str(exc), given)  # (as there: a message that starts with an option names it already)
+        error(f"{_option('sampler__' + bad[0], given)}: {message}" if bad and not message.startswith("--") else message)
     est = cls(**params)
     try:
         # the estimator's scikit-learn parameter constraints (private; partial_fit checks them again anyway)

@@ -619,10 +619,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         for _, out in predictive.outputs(X):
             predictive._finite(out)
             blocks.append(out.float().cpu())
-        if predictive.n_nonfinite:
-            warnings.warn(f"{predictive.n_nonfinite} (draw, row) network outputs are not finite (returned as they "
-                          "are); the inputs may be far outside the training data's range.", RuntimeWarning,
-                          stacklevel=3)
+        predictive.warn_nonfinite("are returned as they are", stacklevel=run.user_stacklevel() + 1)  # (+1: its frame)
         return torch.cat(blocks, dim=1)
 
     def __getstate__(self):

@@ -257,8 +257,7 @@ class WarmUp:
                 for x in values[1:]:  # (one dtype in practice; mixed, the widest: nothing is cast down)
                     dtype = torch.promote_types(dtype, x.dtype)
                 self.scratch = torch.empty(sum(x.numel() for x in values), dtype=dtype, device=values[0].device)
-                self.scratch_views = [c.view(x.shape) for c, x in
-                                      zip(self.scratch.split([x.numel() for x in values]), values)]
+                self.scratch_views = views(self.scratch, values)
             torch._foreach_copy_(self.scratch_views, values)
             flat = self.scratch
             if self.sums is None:  # a window's first record: its values are the origin of the sums
