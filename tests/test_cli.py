@@ -195,13 +195,33 @@ def test_set_reaches_the_documented_parameters_taken_through_keywords(tmp_path, 
     assert "--set compile must be" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value", ["(0,)", "10.5", "abc", "(10,None)"])
+@pytest.mark.parametrize("value", ["(0,)", "(10,None)"])
 def test_bad_network_setting_found_when_the_network_is_built(tmp_path, capsys, good_csv, value):
-    """(Before: 10.5 gave "'float' object is not iterable", abc "invalid literal for int()".)"""
+    """A size inside the tuple is checked when the network is built, still before the first step."""
     assert main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", f"hidden_layer_sizes={value}",
                  "--output", ""]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --set hidden_layer_sizes: hidden_layer_sizes must be positive integers")
+
+
+@pytest.mark.parametrize("model, setting, words", [
+    ("mlp", "hidden_layer_sizes=10.5", "--set hidden_layer_sizes must be an array-like or an int in the range"),
+    ("mlp", "hidden_layer_sizes=abc", "--set hidden_layer_sizes must be an array-like or an int in the range"),
+    ("mlp", "activation=foo", "--set activation must be a str among"),
+    ("rnn", "cell=foo", "--set cell must be a str among"),
+    ("rnn", "hidden_size=0", "--set hidden_size must be an int in the range [1, inf)"),
+    ("cnn", "kernel_size=0", "--set kernel_size must be an int in the range [1, inf)"),
+])
+def test_architecture_settings_are_checked_before_the_data_are_read(capsys, model, setting, words):
+    """The architecture's settings are in the estimators' parameter constraints, so the command line refuses them
+    with its other option errors, before reading a file that does not exist. (Before: the data were read and the
+    error came when the network was built; 10.5 once gave "'float' object is not iterable", abc "invalid literal
+    for int()".)"""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--data", "no-such-file.csv", "--target", "label", "--model", model, "--set", setting])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "no-such-file" not in err
 
 
 # ---------------------------------------------------------------------- #

@@ -223,7 +223,8 @@ def _fit(args) -> int:
         except (ValueError, TypeError) as exc:
             if _steps_taken(est):
                 raise
-            # bad settings found when the network is built (sizes, activation, ...), before the first step
+            # bad settings found when the network is built (a size inside a tuple, an even kernel), before the
+            # first step
             raise CLIError(_cli_words(str(exc), settings["given"])) from None
     # the estimator itself ends a Ctrl-C'ed fit at the end of a sampler step and records it
     if sigint["interrupted"] or getattr(est, "fit_status_", {}).get("status") == "interrupted":

@@ -145,8 +145,8 @@ def _fit_settings(args) -> dict:
             error(f"{spelled}: {cls.__name__} has no parameter {key!r} that the command line can set{hint} "
                   f"(its parameters: {', '.join(sorted(settable))}; the sampler's: "
                   f"{', '.join('sampler__' + h for h in hyper)})")
-    # values: the sampler's own checks, then the estimator's constraints (architecture sizes are checked when
-    # the network is built, still before the first sampler step)
+    # values: the sampler's own checks, then the estimator's constraints, the architecture's included (a size
+    # inside a tuple and the kernel's oddness are checked when the network is built, before the first step)
     sampler_params = {k[len("sampler__"):]: v for k, v in params.items() if k.startswith("sampler__")}
     try:
         make_sampler(sampler, **sampler_params)

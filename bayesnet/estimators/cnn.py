@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from numbers import Integral
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..networks import CNN, _positive_integers
+from ..networks import ACTIVATIONS, CNN, _positive_integers
 from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
@@ -58,6 +60,18 @@ class _CNNNet(BayesianNeuralNet):
     """What the CNN estimators share: input layout and the network."""
 
     _allow_nd = True
+
+    # the architecture's settings are checked with the others, before the data are read (the kernel's oddness,
+    # each size's value and the input shape's also when the network is built)
+    _parameter_constraints = {
+        **BayesianNeuralNet._parameter_constraints,
+        "channels": ["array-like", Interval(Integral, 1, None, closed="left")],
+        "kernel_size": [Interval(Integral, 1, None, closed="left")],
+        "dense_layer_sizes": ["array-like", Interval(Integral, 1, None, closed="left")],
+        "pool_size": [Interval(Integral, 1, None, closed="left")],
+        "activation": [StrOptions(set(ACTIVATIONS))],
+        "input_shape": ["array-like", None],
+    }
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         shape = None if self.input_shape is None else _check_shape(self.input_shape)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from ..networks import MLP
+from numbers import Integral
+
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ..networks import ACTIVATIONS, MLP
 from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
@@ -21,6 +25,14 @@ _ARCH_DOC = """
 
 class _MLPNet(BayesianNeuralNet):
     """What the MLP estimators share: the network (tabular input is the base class's layout)."""
+
+    # the architecture's settings are checked with the others, before the data are read (each size's value
+    # also when the network is built)
+    _parameter_constraints = {
+        **BayesianNeuralNet._parameter_constraints,
+        "hidden_layer_sizes": ["array-like", Interval(Integral, 1, None, closed="left")],
+        "activation": [StrOptions(set(ACTIVATIONS))],
+    }
 
     def _build_module(self):
         return MLP(self.n_features_in_, self.hidden_layer_sizes, self.n_outputs_, self.activation)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
+from numbers import Integral
 
-from ..networks import RNN
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ..networks import ACTIVATIONS, RNN
 from ._docs import estimator_doc
 from .base import BayesianNeuralNet
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
@@ -40,6 +43,17 @@ class _RNNNet(BayesianNeuralNet):
     """What the RNN estimators share: input layout and the network."""
 
     _allow_nd = True
+
+    # the architecture's settings are checked with the others, before the data are read (each size's value
+    # also when the network is built)
+    _parameter_constraints = {
+        **BayesianNeuralNet._parameter_constraints,
+        "hidden_size": [Interval(Integral, 1, None, closed="left")],
+        "num_layers": [Interval(Integral, 1, None, closed="left")],
+        "dense_layer_sizes": ["array-like", Interval(Integral, 1, None, closed="left")],
+        "cell": [StrOptions({"lstm", "gru"})],
+        "activation": [StrOptions(set(ACTIVATIONS))],
+    }
 
     _input_feature_axis = -1  # (n, n_timesteps, n_features): statistics over the rows and the steps
 
