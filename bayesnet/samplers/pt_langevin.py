@@ -423,10 +423,15 @@ class PTLangevin(Sampler):
         # Step 1.1: the kind of proposal of each replica; the gradient at the current position where one needs it
         p_lg = float(self.langevin_prob)
         langevin = self._per_chain_uniform(state, R, dtype) < p_lg
-        any_langevin = any_stale = False
-        stale = langevin & ~state.grad_valid
-        if p_lg > 0:
-            any_langevin, any_stale = torch.stack([langevin.any(), stale.any()]).tolist()  # the one host sync
+        # Whether a step computes gradients must not depend on what the other members propose: the potential's
+        # value alone and its value with the gradient round differently, so a member's energies (and, through
+        # the Robbins-Monro tuning, its whole chain) would depend on the chains beside it. With Langevin proposals
+        # possible every step takes the gradient at the proposals, and every member keeps a valid one at its
+        # position (at the default 10 replicas and langevin_prob=0.5 a step without any Langevin proposal is one
+        # in a thousand; a small langevin_prob with few replicas pays a gradient on steps that need none).
+        any_langevin = p_lg > 0
+        stale = ~state.grad_valid if any_langevin else langevin & ~state.grad_valid
+        any_stale = bool(stale.any()) if any_langevin else False  # the one host sync
         if state.warmup is not None:  # every warm-up step: the gradient at the positions, for the mass estimate
             any_stale = True
         if any_stale:  # (re)compute where stale only: a member's cache never depends on the others'
