@@ -627,6 +627,7 @@ def _build_estimator(spec: dict, tensors):
     # fit whose worker was lost keeps fewer slots than n_chains chains have (before: 0 members per chain)
     est.layout_ = ChainLayout(int(est.n_chains), est.sampler_.members_per_chain())
     est.sampler_state_ = None
+    est.shards_ = None  # (the draws of every process are in trace_; the chains are not continued)
     est.loaded_ = True
     return est
 

@@ -670,6 +670,102 @@ def test_a_change_continuation_can_honour_takes_effect(fitted_once, iris):
     assert len(est.trace_) == 25 and np.all(np.diff(est.trace_.steps[-25:]) == 3)
 
 
+def test_a_new_prior_or_temperature_in_a_continued_fit_is_no_divergence(iris):
+    """The divergence monitor's reference is the warm-up's potential: a continued fit under another prior or at
+    another temperature starts it afresh (and forgets the old hierarchical prior's terms). Before: both stopped
+    a healthy chain as diverged ("a potential far above what the warm-up saw"), and the estimator could then
+    never be continued (found by a helper's user test)."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=20, thinning=2, random_state=0)
+    est = BayesianMLPClassifier(**kw)
+    fit_recording(est, X, y)
+    assert est.divergence_state_.get("hyper")  # the hierarchical prior's terms
+    fit_recording(est.set_params(prior_scale=0.3), X, y, method="partial_fit")
+    assert est.fit_status_["status"] == "complete" and est.score(X, y) > 0.9
+    assert not est.divergence_state_.get("hyper")  # a fixed prior has none
+    Xc, yc = load_breast_cancer(return_X_y=True)
+    hot = BayesianMLPClassifier(prior_scale="fan_in", burn_in=400, n_draws=20, random_state=0)
+    fit_recording(hot, Xc, yc)
+    fit_recording(hot.set_params(sampler__temperature=3.0), Xc, yc, method="partial_fit")  # 3,302 weights: the
+    assert hot.fit_status_["status"] == "complete"  # potential rises by about D/2 (T - 1), far above 30 sd
+
+
+def test_the_auto_prior_follows_the_temperature_of_a_continued_fit(iris):
+    """prior_scale="auto" resolves as a fresh fit would when the sampler's temperature changes: the fan-in prior
+    at a temperature other than 1, the hierarchical prior back at 1. An explicit hierarchical prior at another
+    temperature is refused, and the refused call leaves the fit as it was. Before: the continued fit at 2 raised
+    "Use prior_scale='auto'" (which it was) after swapping in the new sampler."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, thinning=2, random_state=0)
+    est = BayesianMLPClassifier(**kw)
+    fit_recording(est, X, y)
+    fit_recording(est.set_params(sampler__temperature=2.0), X, y, method="partial_fit")
+    assert type(est.prior_).__name__ == "FanInPrior" and est.posterior_.prior is est.prior_
+    fit_recording(est.set_params(sampler__temperature=1.0), X, y, method="partial_fit")
+    assert type(est.prior_).__name__ == "HierarchicalPrior" and est.fit_status_["status"] == "complete"
+    fixed = BayesianMLPClassifier(**kw, prior_scale="hierarchical")
+    fit_recording(fixed, X, y)
+    draws, sampler, step = fixed.trace_.draws().clone(), fixed.sampler_, int(fixed.sampler_state_.step)
+    with pytest.raises(ValueError, match="a hierarchical prior needs the sampler at temperature 1"):
+        fixed.set_params(sampler__temperature=2.0).partial_fit(X, y)
+    assert fixed.sampler_ is sampler and fixed.sampler_.temperature == 1.0
+    assert int(fixed.sampler_state_.step) == step and torch.equal(fixed.trace_.draws(), draws)
+
+
+def test_a_continued_fit_on_mini_batches_warns_a_metropolis_sampler(iris):
+    """hmc moved onto mini-batches by a continued fit warns as a fit on them does (before: silent)."""
+    X, y = iris
+    est = BayesianMLPClassifier((8,), sampler="hmc", sampler__n_leapfrog=3, burn_in=20, n_draws=5, random_state=0)
+    fit_recording(est, X, y)
+    with pytest.warns(UserWarning, match="hmc with mini-batches .* no longer exact"):
+        est.set_params(batch_size=32).partial_fit(X, y)
+
+
+def test_a_tacthmc_run_max_epochs_cut_short_says_so(iris):
+    """Before: the warning blamed the tempering variable (its "100 % of the steps at unit temperature" over a run
+    that max_epochs ended inside the burn-in)."""
+    X, y = iris
+    est = BayesianMLPClassifier((8,), sampler="tacthmc", sampler__steps_per_sample=5, burn_in=200, n_draws=20,
+                                thinning=1, max_epochs=3, random_state=0)
+    messages = fit_recording(est, X, y)
+    short = [m for m in messages if "draws were kept per chain" in m]
+    assert short and "max_epochs=3 is shorter than burn_in" in short[0] and "tempering" not in short[0]
+
+
+def test_partial_fit_refuses_other_classes(iris):
+    """As scikit-learn's partial_fit estimators do; the same set in another order is accepted. Before: ignored."""
+    X, y = iris
+    est = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, random_state=0)
+    fit_recording(est, X, y)
+    est.partial_fit(X, y, classes=[2, 1, 0])
+    draws = est.trace_.draws().clone()
+    with pytest.raises(ValueError, match=r"classes=\[0, 1, 2, 3\] is not the set of classes of the running chains"):
+        est.partial_fit(X, y, classes=[0, 1, 2, 3])
+    assert torch.equal(est.trace_.draws(), draws) and est.classes_.tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("option", [dict(lr=100.0), dict(optimizer=torch.optim.Adam), dict(criterion=torch.nn.MSELoss),
+                                    dict(module=torch.nn.Linear), dict(predict_nonlinearity=None),
+                                    dict(train_split=0.2), dict(optimizer__momentum=0.9)],
+                         ids=lambda o: next(iter(o)))
+def test_skorch_options_the_estimator_does_not_use_are_refused(iris, option):
+    """Before: lr, optimizer, criterion, module and predict_nonlinearity were accepted and did nothing (a grid over
+    lr searched nothing); train_split failed inside the mini-batch iterator."""
+    with pytest.raises(ValueError, match="does not use skorch's"):
+        BayesianMLPClassifier((8,), burn_in=20, n_draws=5, **option).fit(*iris)
+
+
+def test_skorch_callbacks_around_an_optimiser_are_refused(iris):
+    from skorch.callbacks import EarlyStopping, EpochTimer, LRScheduler
+
+    for callback in (LRScheduler(), ("stop", EarlyStopping(monitor="train_loss"))):
+        with pytest.raises(ValueError, match="callbacks: skorch's (LRScheduler|EarlyStopping) works on an optimiser"):
+            BayesianMLPClassifier((8,), burn_in=20, n_draws=5, callbacks=[callback]).fit(*iris)
+    est = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, callbacks=[EpochTimer()])
+    fit_recording(est, *iris)  # a callback that needs no optimiser runs
+    assert len(est.trace_) == 5
+
+
 def test_groups_of_chains_refuse_a_changed_number_of_chains(iris):
     """Before: with n_jobs the groups kept their chains and partial_fit continued them silently under the new
     n_chains (the shards were never told), so n_chains and the chains fitted disagreed."""

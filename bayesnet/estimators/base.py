@@ -20,6 +20,8 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
+import skorch.callbacks
+import skorch.dataset
 from skorch import NeuralNet
 from skorch.callbacks import Callback
 from sklearn.base import clone
@@ -139,8 +141,49 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         if isinstance(self.sampler, str) and self.sampler not in available_samplers():
             raise ValueError(f"unknown sampler {self.sampler!r}; valid names are {available_samplers()}.")
         validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
+        self._refuse_unused_skorch_options()
         # the sampler's own hyperparameters (unknown names, ranges); "auto" is resolved with the data, in fit
         run.make_plan(self, 1, burn_in=run.AUTO_BURN_IN_MAX if self.burn_in == "auto" else None)
+
+    #: skorch ``NeuralNet`` options that a sampled network has no use for, with their defaults here: there is no
+    #: optimiser or loss (the sampler moves the weights under the likelihood), no validation split, and the
+    #: network, its data set and its predictions are the estimator's own
+    _UNUSED_SKORCH = {"lr": 0.01, "optimizer": torch.optim.SGD, "module": None, "criterion": None, "train_split": None,
+                      "predict_nonlinearity": "auto", "iterator_valid": torch.utils.data.DataLoader,
+                      "dataset": skorch.dataset.Dataset, "use_caching": "auto", "torch_load_kwargs": None}
+    _UNUSED_SKORCH_PREFIXES = ("optimizer__", "module__", "criterion__", "iterator_valid__", "dataset__")
+    #: skorch callbacks built around an optimiser's loss, learning rate or gradients, or the per-epoch losses
+    #: and scores skorch records (this estimator records none: ``step_stats_`` holds the per-step figures)
+    _UNUSED_CALLBACKS = (skorch.callbacks.LRScheduler, skorch.callbacks.GradientNormClipping,
+                         skorch.callbacks.EpochScoring, skorch.callbacks.BatchScoring,
+                         skorch.callbacks.PassthroughScoring, skorch.callbacks.EarlyStopping,
+                         skorch.callbacks.Freezer, skorch.callbacks.ParamMapper)
+
+    def _refuse_unused_skorch_options(self) -> None:
+        """A skorch option this estimator would ignore, or a callback that would fail inside the run, is refused
+        with the reason (before: ``lr=100`` and ``optimizer=Adam`` were accepted and did nothing, so a grid over
+        them searched nothing; ``train_split`` and ``LRScheduler`` failed deep inside skorch)."""
+        name = type(self).__name__
+        for key, default in self._UNUSED_SKORCH.items():
+            value = getattr(self, key, default)
+            if value is not default and not (isinstance(default, (str, float)) and value == default):
+                raise ValueError(f"{name} does not use skorch's {key}={value!r}: it has no optimiser, loss or "
+                                 "validation split (its sampler moves the weights under the likelihood), and builds its "
+                                 "own network, data set and predictions. Leave it unset; the sampler's settings are "
+                                 "sampler__*.")
+        prefixed = sorted(k for k in vars(self) if k.startswith(self._UNUSED_SKORCH_PREFIXES))
+        if prefixed:
+            raise ValueError(f"{name} does not use skorch's {', '.join(prefixed)}: it has no optimiser, loss or "
+                             "validation split, and builds its own network and data set. The sampler's settings are "
+                             "sampler__*.")
+        for entry in self.callbacks or ():
+            callback = entry[1] if isinstance(entry, tuple) else entry
+            kind = callback if isinstance(callback, type) else type(callback)
+            if issubclass(kind, self._UNUSED_CALLBACKS):
+                raise ValueError(f"callbacks: skorch's {kind.__name__} works on an optimiser's loss, learning rate "
+                                 f"or gradients, or on the per-epoch losses and scores skorch records; {name} has "
+                                 "none of these (its sampler moves the weights; the per-step figures are in "
+                                 "step_stats_ and the draws in trace_).")
 
     def _validate_params(self):
         """skorch's check of unknown arguments, with a hint when one is a sampler hyperparameter given without

@@ -150,11 +150,15 @@ class DivergenceMonitor(Callback):
         return state
 
     @staticmethod
-    def reset_reference(state) -> None:
-        """Forget the potential's reference (a continued fit on new data: the potential's level changes)."""
+    def reset_reference(state, prior: bool = False) -> None:
+        """Forget the potential's reference (a continued fit on new data, under a new prior or at another
+        temperature: the potential's level changes), and with ``prior`` the old prior's hyperparameter terms
+        (the new prior's, if it has any, are remembered from its first step)."""
         state["reference"] = None
         for key in ("ref_sum", "ref_sq", "ref_n"):
             state[key] = np.zeros(np.shape(state[key]))
+        if prior:
+            state.pop("hyper", None)
 
     def on_batch_end(self, net, training=False, info=None, step=None, stored=None, nonfinite=None, **kwargs):
         if not training or info is None:

@@ -37,6 +37,12 @@ class BayesianClassifierMixin(ClassifierMixin):
                 )
             self.classes_ = encoder.classes_
             self.n_outputs_ = len(self.classes_)
+        elif classes is not None:  # (scikit-learn's partial_fit estimators refuse another set of classes too)
+            given = np.unique(np.asarray(classes))
+            if len(given) != len(self.classes_) or not np.all(given == self.classes_):
+                raise ValueError(f"classes={given.tolist()} is not the set of classes of the running chains, "
+                                 f"{self.classes_.tolist()}: the network's outputs are one per class; call fit() "
+                                 "(with warm_start=False) to start new chains with other classes.")
         unknown = np.setdiff1d(np.unique(y), self.classes_)
         if unknown.size:
             where = f"not in classes={self.classes_.tolist()}" if reset else "not seen in the first fit"

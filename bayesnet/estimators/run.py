@@ -236,6 +236,15 @@ def _build_members(net, n_members_per_chain: int, chains: range):
     return template, members
 
 
+def warn_inexact_test(net, sampler, batch_size: int, n_data: int) -> None:
+    """A UserWarning when a sampler with a Metropolis-Hastings test (``full_batch``) runs on mini-batches (a fit,
+    or a continued fit whose batch size or data changed)."""
+    if sampler.full_batch and batch_size < n_data:
+        warnings.warn(f"{sampler.name} with mini-batches (batch_size={net.batch_size} < {n_data} rows): its "
+                      "Metropolis-Hastings test compares noisy energies and is no longer exact; use batch_size=-1 "
+                      "for an exact test.", UserWarning, stacklevel=user_stacklevel())
+
+
 def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     """Start fresh chains on ``(X, y)`` (validated): everything a run needs, as fitted attributes."""
     from .base import resolve_device
@@ -247,10 +256,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     plan = net.plan_ = make_plan(net, n_data)
     net.layout_ = plan.layout
     sampler = make_sampler(net.sampler, **net.get_params_for("sampler")).configure(plan)
-    if sampler.full_batch and plan.batch_size < n_data:
-        warnings.warn(f"{sampler.name} with mini-batches (batch_size={net.batch_size} < {n_data} rows): its "
-                      "Metropolis-Hastings test compares noisy energies and is no longer exact; use batch_size=-1 "
-                      "for an exact test.", UserWarning, stacklevel=user_stacklevel())
+    warn_inexact_test(net, sampler, plan.batch_size, n_data)
     chains = range(net.first_chain_, net.first_chain_ + plan.layout.chains)
     (module, likelihood), members = _build_members(net, plan.layout.members_per_chain, chains)
     with net._current_init_context("module"):
@@ -346,13 +352,29 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if sampler.members_per_chain() != net.layout_.members_per_chain:
         raise ValueError(f"partial_fit cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
                          f"sampler of {sampler.members_per_chain()}; call fit() to start new chains.")
-    previous, net.sampler_ = net.sampler_, sampler.configure(net.plan_)
-    _carry_settings(previous, net.sampler_, net.sampler_state_)
+    sampler = sampler.configure(net.plan_)
+    # the prior under the new settings, before anything changes (a refused call leaves the fit as it was): a new
+    # prior_scale, or "auto" resolved anew when the sampler's temperature moves it to another prior (the fan-in
+    # prior for a sampler that now tempers, the hierarchical one for one that no longer does: what a fresh fit
+    # would use); else the running prior, checked against the new sampler (a tempering sampler refuses a
+    # hierarchical prior: ValueError)
+    prior = None
     if "prior_scale" in changed:
-        net.prior_ = net.posterior_.prior = make_prior(net.prior_scale, net.sampler_)
+        prior = make_prior(net.prior_scale, sampler)
+    elif isinstance(net.prior_scale, str) and net.prior_scale == "auto":
+        resolved = make_prior("auto", sampler)
+        prior = resolved if type(resolved) is not type(net.prior_) else None
+    if prior is None:
+        make_prior(net.prior_, sampler)
+    previous, net.sampler_ = net.sampler_, sampler
+    _carry_settings(previous, net.sampler_, net.sampler_state_)
+    if prior is not None:
+        net.prior_ = net.posterior_.prior = prior
         net.sampler_.reset_cache(net.sampler_state_)  # cached potentials were under the old prior
-    else:
-        make_prior(net.prior_, net.sampler_)  # a sampler that now tempers refuses a hierarchical prior (ValueError)
+    if net.divergence_state_ is not None and (
+            prior is not None or previous.temperature_range() != net.sampler_.temperature_range()):
+        # the potential's level under the warm-up's posterior is no reference for another prior or temperature
+        DivergenceMonitor.reset_reference(net.divergence_state_, prior=prior is not None)
     for key in ("noise_shape", "noise_scale"):
         if key in changed:
             setattr(net.criterion_, key, float(now[key]))
@@ -371,6 +393,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.data_fingerprint_ = new_data
     if "batch_size" in changed:
         net.batch_cursor_ = None
+    warn_inexact_test(net, net.sampler_, resolve_batch_size(net.batch_size, len(X), net.sampler_.full_batch), len(X))
     net.fit_params_.update({k: now[k] for k in changed})
     step = int(net.sampler_state_.step)
     if step < net.steps_planned_total_:
@@ -937,7 +960,9 @@ def warn_status(net) -> None:
     messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
         least = least_kept_per_chain(net)
-        hint = net.sampler_.shortfall_hint(state) if state is not None else ""
+        # max_epochs sets the run's length: it, not the sampler, is why a run it ends is short (tacthmc's plateau
+        # figure over a run cut before its burn-in ended said nothing)
+        hint = net.sampler_.shortfall_hint(state) if state is not None and net.max_epochs is None else ""
         reason = (f" {net.sampler_.name}: {hint}" if hint else
                   f" max_epochs={net.max_epochs} is shorter than burn_in ({burn_in_words(net)}) + n_draws * thinning "
                   "steps: run longer, or call partial_fit to continue the chains.")
