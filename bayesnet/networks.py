@@ -277,6 +277,8 @@ class CNN(nn.Module):
         if isinstance(pool_size, bool) or int(pool_size) != pool_size or pool_size < 1:
             raise ValueError(f"pool_size must be a positive integer, got {pool_size!r}.")
         channels = _dense_sizes(channels, "channels")
+        if not channels:
+            raise ValueError("channels must hold at least one convolutional layer's output channels, got ().")
         self.input_shape = input_shape
         self.dim = len(input_shape) - 1
         self.kernel_size = int(kernel_size)
@@ -377,6 +379,10 @@ class RNN(nn.Module):
 
     _GATES = {"lstm": 4, "gru": 3}
     KERNELS = ("auto", "fused", "batched")
+    #: the fused kernels (``torch._VF.lstm``/``gru``, which return a tuple) stop TorchDynamo ("torch.* op returned
+    #: non-Tensor"), and sampling runs them under autograd: a compiled transition is never tried
+    #: (:func:`bayesnet.samplers.compiled.compile_decision`)
+    compiles = False
     # Without autograd, a GRU with several members runs the batched cells below this many activations
     # per member and step (rows x hidden_size). The batched cells take members in groups of at most
     # _GROUP_ACTIVATIONS activations per step. Measured by benchmarks/rnn_speed.py --grid.

@@ -66,8 +66,11 @@ class TakensEmbedding(TransformerMixin, BaseEstimator):
     Maps the lag matrix of :func:`make_forecasting_windows` (column ``j`` =
     lag ``j + 1``) to the delay vector
     ``(y[t-delay], y[t-2*delay], ..., y[t-dimension*delay])``, the state-space
-    reconstruction of Chandra et al. 2019 Sec. 3.1 (Takens 1981) with embedding
-    dimension ``D = dimension`` and time lag ``delay``.
+    reconstruction of Takens 1981 with embedding dimension ``D = dimension``
+    and delay ``delay``. Chandra et al. 2019 Sec. 3.1 use ``D = 4`` consecutive
+    lags ``x_t = (y_{t-1}, ..., y_{t-D})`` (``delay=1``); their time lag
+    ``T`` (eq. 2) keeps every T-th window instead
+    (:func:`make_forecasting_windows`' ``stride``).
 
     Parameters
     ----------
@@ -115,6 +118,7 @@ class TakensEmbedding(TransformerMixin, BaseEstimator):
         """Select the delay coordinates: shape (n_samples, dimension)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
+        self._check_span(X.shape[1])  # (dimension or delay set since fit)
         cols = np.arange(1, self.dimension + 1) * self.delay - 1
         return X[:, cols]
 

@@ -196,6 +196,8 @@ def test_network_argument_errors():
         RNN(1, 2, hidden_size=0)
     with pytest.raises(ValueError, match="activation"):
         CNN((1, 8), 2, activation="swish")
+    with pytest.raises(ValueError, match="channels must hold at least one"):  # (before: IndexError)
+        CNN((1, 8), 2, channels=())
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +285,30 @@ def test_cnn_input_layouts_and_errors(digits):
     bad[3, 5] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         est.fit(bad, ytr[:200])
+
+
+def test_cnn_predicts_on_samples_flat_or_in_its_layout(digits):
+    """Samples flattened or in the network's layout, whichever fit saw (before: "X has 1 features, but ... is
+    expecting 64" for the images of a fit on flattened ones); another count of flattened values names the
+    fitted shape. (Found by a helper's user test.)"""
+    Xtr, Xte, ytr, _ = digits
+    flat = BayesianCNNClassifier(**SMALL_CNN, **SHORT, input_shape=(1, 8, 8)).fit(Xtr[:200], ytr[:200])
+    np.testing.assert_array_equal(flat.predict_proba(Xte[:5].reshape(-1, 1, 8, 8)), flat.predict_proba(Xte[:5]))
+    images = BayesianCNNClassifier(**SMALL_CNN, **SHORT).fit(Xtr[:200].reshape(-1, 1, 8, 8), ytr[:200])
+    np.testing.assert_array_equal(images.predict_proba(Xte[:5]), images.predict_proba(Xte[:5].reshape(-1, 1, 8, 8)))
+    with pytest.raises(ValueError, match=r"X has 50 features, but BayesianCNNClassifier was fitted with samples of "
+                                         r"shape \(1, 8, 8\) \(64 values"):
+        images.predict(Xte[:5, :50])
+
+
+def test_empty_sample_axes_are_refused():
+    """Sequences with no features or no steps (before: an RNN fitted on (n, 5, 0) predicted one row for every
+    input; (n, 0, 2) failed inside torch)."""
+    X, y = np.random.default_rng(0).normal(size=(40, 5, 2)), np.arange(40) % 2
+    est = BayesianRNNClassifier(hidden_size=4, dense_layer_sizes=(4,), **SHORT)
+    for bad, shape in ((X[:, :, :0], r"\(5, 0\)"), (X[:, :0, :], r"\(0, 2\)")):
+        with pytest.raises(ValueError, match=rf"samples of shape {shape} .*every axis needs at least one entry"):
+            est.fit(bad, y)
 
 
 def test_rnn_takes_windows_and_takens_pipelines(henon):

@@ -306,6 +306,23 @@ def test_a_failing_compiler_falls_back_to_eager_with_one_warning(cancer, monkeyp
     np.testing.assert_allclose(clone.predict(X), fast.predict(X))
 
 
+def test_a_recurrent_network_is_never_compiled():
+    """The RNN's fused kernels stop TorchDynamo, so compile=True is not tried (before: it warned "could not
+    compile" on every fit and ran the pure step eagerly, which rounds differently from the eager kernel)."""
+    from bayesnet import BayesianRNNRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 6))
+    params = dict(hidden_size=6, dense_layer_sizes=(6,), n_draws=8, burn_in=60, thinning=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fast = BayesianRNNRegressor(compile=True, **params).fit(X, X.sum(1))
+        eager = BayesianRNNRegressor(compile=False, **params).fit(X, X.sum(1))
+    assert fast.compiled_step_ is None and fast.fit_status_["compiled"].startswith("the RNN network does not compile")
+    np.testing.assert_array_equal(fast.trace_.as_array(), eager.trace_.as_array())
+
+
 def test_auto_compiles_only_runs_that_repay_it(cancer):
     X, y = cancer
     short = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), burn_in=50, n_draws=10, random_state=0), X, y)

@@ -732,6 +732,18 @@ def test_a_tacthmc_run_max_epochs_cut_short_says_so(iris):
     assert short and "max_epochs=3 is shorter than burn_in" in short[0] and "tempering" not in short[0]
 
 
+def test_a_fit_without_warm_up_says_what_set_its_step(iris):
+    """burn_in=0 with the adapted step size: the chains ran at the fallback step, and a warning says so (before:
+    silent, against the docs' "below 200 steps ... the fit warns"); an explicit step size is no such case."""
+    X, y = iris
+    messages = fit_recording(BayesianMLPClassifier((8,), burn_in=0, n_draws=10, random_state=0), X, y)
+    assert any(m.startswith("no warm-up ran, so nothing set the step size: the chains ran at the fallback step "
+                            "0.0001") for m in messages), messages
+    messages = fit_recording(BayesianMLPClassifier((8,), burn_in=0, n_draws=10, random_state=0,
+                                                   sampler__step_size=1e-3), X, y)
+    assert not any("no warm-up ran" in m for m in messages)
+
+
 def test_partial_fit_refuses_other_classes(iris):
     """As scikit-learn's partial_fit estimators do; the same set in another order is accepted. Before: ignored."""
     X, y = iris
@@ -742,6 +754,8 @@ def test_partial_fit_refuses_other_classes(iris):
     with pytest.raises(ValueError, match=r"classes=\[0, 1, 2, 3\] is not the set of classes of the running chains"):
         est.partial_fit(X, y, classes=[0, 1, 2, 3])
     assert torch.equal(est.trace_.draws(), draws) and est.classes_.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"classes=\[0\] holds 1 class\(es\)"):  # (before: "the data contains
+        BayesianMLPClassifier((8,)).partial_fit(X, y, classes=[0])  # only one class")
 
 
 @pytest.mark.parametrize("option", [dict(lr=100.0), dict(optimizer=torch.optim.Adam), dict(criterion=torch.nn.MSELoss),

@@ -123,8 +123,8 @@ def _numeric(path: str, names: list[str], body, columns: list[str], role: str) -
                 _raise_if_short_rows(path)
             raise CLIError(
                 f"{role} column {name!r} in {path} has {int(bad.sum())} missing, non-numeric or infinite "
-                f"value(s), the first on line {body.index[first] + 1}: {_cell(text.iloc[first])}. {role.capitalize()}s "
-                "must be finite numbers: fill or drop those rows, or remove the column.")
+                f"value(s), the first on line {body.index[first] + 1}: {_cell(text.iloc[first])}. "
+                "Its values must be finite numbers: fill or drop those rows, or remove the column.")
         out[:, j] = values
     return out
 

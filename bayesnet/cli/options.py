@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"forecast: Takens embedding dimension (default: {_FORECAST_DEFAULTS['dimension']}, "
                            "Chandra et al. 2019's)")
     data.add_argument("--delay", type=_positive_int, metavar="TAU",
-                      help=f"forecast: Takens delay; the model sees the dimension * delay previous values "
+                      help=f"forecast: Takens delay; the model sees dimension previous values, delay steps apart "
                            f"(default: {_FORECAST_DEFAULTS['delay']})")
     model = f.add_argument_group("model")
     model.add_argument("--model", choices=_MODELS, default="mlp",

@@ -168,9 +168,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             value = getattr(self, key, default)
             if value is not default and not (isinstance(default, (str, float)) and value == default):
                 raise ValueError(f"{name} does not use skorch's {key}={value!r}: it has no optimiser, loss or "
-                                 "validation split (its sampler moves the weights under the likelihood), and builds its "
-                                 "own network, data set and predictions. Leave it unset; the sampler's settings are "
-                                 "sampler__*.")
+                                 "validation split (its sampler moves the weights under the likelihood), and builds "
+                                 "its own network, data set and predictions. Leave it unset; the sampler's settings "
+                                 "are sampler__*.")
         prefixed = sorted(k for k in vars(self) if k.startswith(self._UNUSED_SKORCH_PREFIXES))
         if prefixed:
             raise ValueError(f"{name} does not use skorch's {', '.join(prefixed)}: it has no optimiser, loss or "
@@ -273,13 +273,14 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         length)."""
         shape, fitted = getattr(X, "shape", None), getattr(self, "input_shape_", None)
         if reset or shape is None or len(shape) <= 2 or fitted is None or len(fitted) != len(shape) - 1:
-            return
+            return X
         if tuple(shape[1:]) != tuple(fitted):
             raise ValueError(f"X has samples of shape {tuple(shape[1:])}, but {type(self).__name__} was fitted with "
                              f"samples of shape {tuple(fitted)}.")
+        return X
 
     def _validate_X(self, X, reset: bool):
-        self._check_samples_shape(X, reset)
+        X = self._check_samples_shape(X, reset)
         X = validate_data(self, X, reset=reset, dtype=self._input_dtypes, ensure_min_samples=1,
                           allow_nd=self._allow_nd)
         return self._standardize(self._shape_input(X, reset), reset)
@@ -287,7 +288,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def _validate_fit_data(self, X, y, reset: bool, classes=None):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
-        self._check_samples_shape(X, reset)
+        X = self._check_samples_shape(X, reset)
         X, y = validate_data(self, X, y, reset=reset, dtype=self._input_dtypes, multi_output=True,
                              y_numeric=False, ensure_min_samples=2, allow_nd=self._allow_nd)
         X = self._standardize(self._shape_input(X, reset), reset)
@@ -323,6 +324,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def _check_input_shape(self, X: np.ndarray, reset: bool, layout: str) -> np.ndarray:
         """Record (``reset``) or check the per-sample shape of already reshaped input."""
         if reset:
+            if min(X.shape[1:], default=1) < 1:  # (scikit-learn's minimum feature count reads 2-D input only)
+                raise ValueError(f"X has samples of shape {tuple(X.shape[1:])} ({layout}): every axis needs at least "
+                                 "one entry.")
             self.input_shape_ = tuple(X.shape[1:])
         elif tuple(X.shape[1:]) != tuple(self.input_shape_):
             raise ValueError(f"X has samples of shape {tuple(X.shape[1:])} ({layout}), but {type(self).__name__} "

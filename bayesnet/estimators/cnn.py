@@ -91,6 +91,25 @@ class _CNNNet(BayesianNeuralNet):
                              f"channels, length) or (n_samples, channels, height, width), got {X.ndim} axes.")
         return self._check_input_shape(np.ascontiguousarray(X), reset, "channels, spatial axes")
 
+    def _check_samples_shape(self, X, reset: bool):
+        """Samples in the network's layout ``(n, *input_shape_)`` or flattened ``(n, prod(input_shape_))`` (as
+        ``input_shape`` reads 2-D input), whichever layout ``fit`` saw: brought to that one, since scikit-learn's
+        feature count reads the second axis only (before: "X has 2 features, but ... is expecting 72")."""
+        X = super()._check_samples_shape(X, reset)
+        fitted, shape = getattr(self, "input_shape_", None), getattr(X, "shape", None)
+        n_in = getattr(self, "n_features_in_", None)
+        if reset or fitted is None or shape is None or len(shape) < 2 or shape[1] == n_in:
+            return X
+        if len(shape) > 2 and tuple(shape[1:]) == tuple(fitted):  # fitted on flattened samples
+            return np.asarray(X).reshape(len(X), -1)
+        if len(shape) == 2:
+            if shape[1] == math.prod(fitted):  # fitted on samples in the network's layout
+                return np.asarray(X).reshape(len(X), *fitted)
+            if n_in != math.prod(fitted):  # (else scikit-learn's own message, its checks' wording)
+                raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} was fitted with samples of "
+                                 f"shape {tuple(fitted)} ({math.prod(fitted)} values per sample when flattened).")
+        return X
+
     def _build_module(self):
         return CNN(self.input_shape_, self.n_outputs_, self.channels, self.kernel_size, self.dense_layer_sizes,
                    self.pool_size, self.activation)

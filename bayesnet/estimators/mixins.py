@@ -30,6 +30,9 @@ class BayesianClassifierMixin(ClassifierMixin):
         check_classification_targets(y)
         if reset:
             encoder = LabelEncoder().fit(y if classes is None else np.asarray(classes))
+            if classes is not None and len(encoder.classes_) < 2:
+                raise ValueError(f"classes={encoder.classes_.tolist()} holds {len(encoder.classes_)} class(es); "
+                                 f"{type(self).__name__} needs at least 2.")
             if len(encoder.classes_) < 2:
                 raise ValueError(
                     f"{type(self).__name__} needs samples of at least 2 classes in the data, but the data "

@@ -898,6 +898,14 @@ def _standard_error(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) / math.sqrt(max(effective_sample_size(x), 1.0))
 
 
+def no_warmup(net, state) -> bool:
+    """Whether the chains of ``state`` ran without the warm-up their ``step_size="auto"`` asks for (a burn-in of
+    0 steps: the step is the sampler's fallback, the mass the identity)."""
+    return (state is not None and getattr(state, "warmup_report", None) is None
+            and getattr(state, "warmup", None) is None and getattr(net.sampler_, "step_size", None) == "auto"
+            and net.sampler_.adaptation_length() <= 0)
+
+
 def unsettled_warmup(state) -> str | None:
     """Why the warm-up of the sampler state ``state`` did not settle (its report's reason), or None when it settled,
     has not ended, or there was none."""
@@ -957,6 +965,13 @@ def warn_status(net) -> None:
     if unsettled is not None:
         messages.append(f"the warm-up ({state.warmup_report['n_steps']} steps, the burn-in) did not settle: "
                         f"{unsettled}. Increase burn_in (now {burn_in_words(net)}).")
+    elif no_warmup(net, state):
+        from ..samplers.warmup import MIN_SETTLED
+
+        messages.append(f"no warm-up ran, so nothing set the step size: the chains ran at the fallback step "
+                        f"{net.sampler_.fallback_step_size:g} with a unit mass. Increase burn_in (now "
+                        f"{burn_in_words(net)}; the warm-up needs at least {MIN_SETTLED}), or set "
+                        "sampler__step_size.")
     messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
         least = least_kept_per_chain(net)

@@ -16,7 +16,9 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
   as an epoch's shorter last batch, compiles once more) and reused for every later step; the time is reported.
 * **Eager fallback.** Where compilation is unavailable or fails (no C++ compiler, an operation the compiler
   cannot trace), the first call warns once and the same pure function runs eagerly from then on, with the same
-  noise, so the run neither stops nor changes.
+  noise, so the run does not stop (its draws agree with the eager kernel's up to float rounding: the pure form
+  takes its gradient through ``torch.func``). A network that cannot compile at all says so (``compiles = False``:
+  the RNN, whose fused recurrent kernels ``torch.compile`` does not trace), and no compilation is tried.
 
 ``sgld``, ``sghmc``, ``sgnht``, ``baoab`` (each of its schemes), ``eqn`` and ``tacthmc`` compile their whole step;
 ``hmc`` compiles its leapfrog step (:meth:`~bayesnet.samplers.Sampler.run_compiled`: a transition repeats it a
@@ -144,6 +146,10 @@ def compile_decision(setting, sampler, potential, steps_after_warmup: int, devic
         return False, "compile__disable=True (torch.compile compiles nothing)", options
     if not getattr(type(sampler), "compiles", False):
         return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)", options
+    module = getattr(potential, "module", None)
+    if module is not None and not getattr(module, "compiles", True):
+        return False, (f"the {type(module).__name__} network does not compile (its fused recurrent kernels are "
+                       "outside what torch.compile traces)"), options
     if getattr(potential, "functional", lambda: None)() is None:
         return False, "the potential has no pure form (a prior or likelihood without batched closed forms)", options
     if setting != "auto":
@@ -228,7 +234,8 @@ class CompiledTransition:
                 raise
             self.fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             warnings.warn(f"torch.compile could not compile the {self.sampler.name} transition ({self.fallback}); "
-                          "sampling continues eagerly with the same numbers (compile=False silences this).",
+                          "sampling continues eagerly with the same noise (the pure step run eagerly: the draws "
+                          "agree with compile=False's up to float rounding; compile=False silences this).",
                           UserWarning, stacklevel=2)
             self.fn = self.pure
             out = self.fn(*inputs)
