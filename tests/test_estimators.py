@@ -520,9 +520,12 @@ def test_a_warm_up_longer_than_the_burn_in_is_refused(cancer):
 
 
 def test_continuing_with_a_tempering_sampler_refuses_the_hierarchical_prior(cancer):
-    """The hierarchical prior is improper when tempered: a continued fit whose sampler now tempers is refused."""
+    """The hierarchical prior is improper when tempered: a continued fit whose sampler now tempers is refused when
+    the prior is asked for by name (prior_scale="auto" resolves to the fan-in prior instead, as a fresh fit's
+    does: tests/test_faults.py)."""
     Xtr, _, ytr, _ = cancer
-    clf = BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=20, n_draws=5, random_state=0)
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(4,), burn_in=20, n_draws=5, random_state=0,
+                                prior_scale="hierarchical")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf.fit(Xtr, ytr)

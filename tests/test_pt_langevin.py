@@ -129,7 +129,10 @@ def test_pickled_state_continues_identically():
 def test_cached_potential_and_gradient_stay_exact():
     """The cache that makes a step cost one potential evaluation: after every step (swaps included) the cached U
     equals U at the positions, and every gradient marked valid equals the true gradient; a step evaluates the
-    potential once unless a replica with a stale gradient makes a Langevin proposal."""
+    potential once, with its gradient whenever Langevin proposals are possible, so that no member's rounding
+    depends on what the others propose (before, a step took the gradient only when some replica proposed a
+    Langevin move, random-walk moves left stale gradients, and one chain's draws depended on the chains beside
+    it: tests/test_chains.py), and no gradient goes stale."""
     for n_replicas in (1, 3):
         target = correlated_gaussian(n_replicas, per_chain=True)  # one chain: steps without any gradient
         pot = target.potential
@@ -151,10 +154,18 @@ def test_cached_potential_and_gradient_stay_exact():
             n_stale.append(int((~ok).sum()))
 
         _run(s, pot, 1, 200, seed=n_replicas, record=record)
-        assert sum(n_stale) > 0  # random-walk moves did leave stale gradients
-        print("replicas", n_replicas, "evaluations per step", len(calls) / 200, "stale member-steps", sum(n_stale))
-        assert len(calls) <= 200 * 1.5 + 1  # mostly one evaluation per step
+        assert sum(n_stale) == 0 and set(calls) == {"grad"}
+        assert len(calls) == 200 + 1  # one evaluation per step, and the first step's at the starting positions
         pot.value_and_grad, pot.value = vg, val
+    # langevin_prob=0 (PT-RW) never takes a gradient
+    target = correlated_gaussian(3, per_chain=True)
+    pot, calls = target.potential, []
+    vg, val = pot.value_and_grad, pot.value
+    pot.value_and_grad = lambda b: (calls.append("grad"), vg(b))[1]
+    pot.value = lambda b: (calls.append("value"), val(b))[1]
+    _run(make_sampler("pt-langevin", n_replicas=3, swap_interval=2, step_size=0.6, langevin_prob=0.0), pot, 1, 50,
+         seed=0)
+    assert set(calls) == {"value"}
 
 
 def test_infinite_potential_is_rejected():

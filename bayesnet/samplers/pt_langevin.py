@@ -160,15 +160,19 @@ class PTLangevin(Sampler):
     without ``n_chains`` takes positions without the leading axis (then
     ``StepInfo.potential`` is 0-d and ``is_draw`` a bool).
 
-    Cost: the potential (and gradient) at the current positions are cached in
-    ``state.extra``, so a step evaluates the potential once, at the
-    proposals: ``value_and_grad`` when any replica made a Langevin proposal
-    (the backward proposal density needs :math:`\nabla U(\theta')`), else
-    ``value``. A replica whose random-walk proposal was accepted on a step
-    without any gradient has no gradient at its new position; when it next
-    makes a Langevin proposal, the gradient is recomputed first (a second
-    evaluation on that step). One host synchronisation per step decides
-    whether a gradient is needed.
+    Cost: the potential and gradient at the current positions are cached in
+    the state, so a step evaluates the potential once, at the proposals:
+    ``value_and_grad`` whenever ``langevin_prob > 0`` (the backward proposal
+    density of a Langevin proposal needs :math:`\nabla U(\theta')`, and every
+    member keeps a gradient at its position), ``value`` at
+    ``langevin_prob = 0``. The choice is the same for every member: the value
+    alone and the value with the gradient round differently, so taking the
+    gradient only on steps where some replica of some chain proposed a
+    Langevin move made each chain depend on the chains beside it. At the
+    defaults (10 replicas, ``langevin_prob=0.5``) a step without any Langevin
+    proposal is one in a thousand; a small ``langevin_prob`` with few replicas
+    pays a gradient on steps that need none. A cache made stale (a restart,
+    new data) is recomputed first, on one host synchronisation per step.
 
     Mini-batches: the Metropolis tests compare the proposal's potential on
     this step's batch with the cached potential of the current position, from
@@ -233,7 +237,7 @@ class PTLangevin(Sampler):
     fallback_step_size = 0.025
     tunes_step_on_acceptance = True
     # the mass is estimated from the gradient at the current positions, taken first in every warm-up step
-    # (:meth:`_step`); the proposals' gradients, taken or not depending on all members' draws, do not count
+    # (:meth:`_step`); the proposals' gradients do not count
     warmup_first_gradient_only = True
 
     def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
