@@ -85,8 +85,10 @@ def _ess_many(x: np.ndarray) -> np.ndarray:
     monotone = np.minimum.accumulate(np.where(kept, gamma, np.inf), axis=1)
     tau = -1.0 + 2.0 * np.where(kept, monotone, 0.0).sum(axis=1)
     tau = np.maximum(tau, 1.0 / np.log10(m * n))  # Stan's cap: ESS <= S log10(S) for antithetic chains
+    # a constant quantity (every chain at one value) has all its draws; chains each constant at different values
+    # (stuck) keep the formula's limit, about n_chains / 2 (before: all draws, the best score for the worst case)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(w == 0, float(m * n), m * n / tau)
+        return np.where((w == 0) & (b_over_n == 0), float(m * n), m * n / tau)
 
 
 def integrated_autocorrelation_time(draws: np.ndarray) -> float:
@@ -208,6 +210,8 @@ def tail_effective_sample_size(draws: np.ndarray) -> float:
     float
     """
     x = _ess_chains(draws)
+    if not np.all(np.isfinite(x)):  # (as the other estimates: a NaN quantile would make the indicators constant)
+        return float("nan")
     if np.ptp(x) == 0:
         return float(x.size)
     split = _split(x)

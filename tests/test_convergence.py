@@ -356,3 +356,20 @@ def test_chains_in_separate_modes_are_named_in_the_warning(iris):
     ll.update(rhat_per_chain=[1.3, 1.25, 1.05])  # slow mixing: the general advice
     [m] = [m for m in convergence_messages(est, est.sampler_state_) if "have not converged" in m]
     assert "different modes" not in m and "Run longer" in m
+
+
+def test_stuck_chains_and_nan_are_no_perfect_score():
+    """Chains each stuck at its own value have about n_chains / 2 effective draws, not all of them, and a NaN
+    gives NaN (found by a helper's user test: ESS 2000 and IAT 1 for four stuck chains of 500 draws, ArviZ 2.0;
+    the tail ESS 400 for a (4, 100) array with one NaN). A constant quantity keeps all its draws."""
+    from bayesnet.diagnostics import (bulk_effective_sample_size, effective_sample_size,
+                                      integrated_autocorrelation_time, tail_effective_sample_size)
+
+    stuck = np.repeat([[0.0], [1.0], [2.0], [3.0]], 500, axis=1)
+    assert effective_sample_size(stuck) == pytest.approx(2000 / 999)  # the formula's limit (ArviZ: 2.0)
+    assert integrated_autocorrelation_time(stuck) > 900
+    assert tail_effective_sample_size(stuck) < 5 and bulk_effective_sample_size(stuck) < 5  # (ArviZ: 4.07)
+    assert effective_sample_size(np.zeros((4, 100))) == tail_effective_sample_size(np.zeros((4, 100))) == 400
+    noisy = np.random.default_rng(0).normal(size=(4, 100))
+    noisy[1, 3] = np.nan
+    assert math.isnan(tail_effective_sample_size(noisy)) and math.isnan(effective_sample_size(noisy))
