@@ -28,14 +28,23 @@ def expected_calibration_error(y_true, proba, n_bins: int = 15, classes=None) ->
     Raises
     ------
     ValueError
-        If ``proba`` is not 2-D, or ``y_true`` (a column ``(n_samples, 1)`` is taken as 1-D) has another
-        number of rows.
+        If ``proba`` is not 2-D, holds no row, or values that are not probabilities (outside [0, 1], or not
+        finite), ``y_true`` (a column ``(n_samples, 1)`` is taken as 1-D) has another number of rows,
+        ``n_bins`` is not a positive integer, or ``classes`` has not one label per column.
     """
     proba = np.asarray(proba, dtype=np.float64)
     y_true = _one_dimensional(np.asarray(y_true), "y_true")
     if proba.ndim != 2 or len(proba) != len(y_true):
         raise ValueError(f"proba must have shape (n_samples, n_classes) for y_true of {len(y_true)} rows, got "
                          f"shape {proba.shape}.")
+    if isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
+    if len(proba) == 0:
+        raise ValueError("proba holds no row: the calibration error of no prediction is undefined.")
+    if not np.all(np.isfinite(proba)) or proba.min() < -1e-6 or proba.max() > 1 + 1e-6:  # (rounding allowed)
+        raise ValueError("proba must hold probabilities, finite and in [0, 1].")
+    if classes is not None and len(np.asarray(classes)) != proba.shape[1]:
+        raise ValueError(f"classes has {len(np.asarray(classes))} labels for {proba.shape[1]} columns of proba.")
     pred = np.argmax(proba, axis=1)
     if classes is not None:
         pred = np.asarray(classes)[pred]

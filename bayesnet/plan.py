@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 __all__ = ["ChainLayout", "RunPlan"]
 
 
@@ -37,6 +39,15 @@ class ChainLayout:
 
     n_chains: int | None = None
     members_per_chain: int = 1
+
+    def __post_init__(self):
+        for name in ("n_chains", "members_per_chain"):
+            value = getattr(self, name)
+            if name == "n_chains" and value is None:
+                continue
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer{' or None' if name == 'n_chains' else ''}, "
+                                 f"got {value!r}.")
 
     @property
     def chains(self) -> int:

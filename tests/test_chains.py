@@ -671,3 +671,10 @@ def test_step_stats_summaries_equal_the_per_step_reductions_across_ring_wraps():
     np.testing.assert_allclose(per_step["potential"].T, kept[-16:, 0].astype(np.float32))
     stats.record(61, {"potential": torch.tensor([float("nan"), 0.0]), "n": 1.0, "heat": 0.0, "level": 0.0})
     assert np.isnan(stats.member_means("potential")[0]) and np.isfinite(stats.member_means("potential")[1])
+
+
+@pytest.mark.parametrize("n_chains", [2.5, True, 0, -1])
+def test_init_refuses_a_number_of_chains_that_is_not_a_positive_integer(n_chains):
+    """Before: 2.5 was taken as 2, True as 1, and 0 or -1 gave "needs a leading axis of -1" (a helper's test)."""
+    with pytest.raises(ValueError, match=r"n_chains must be a positive integer or None, got"):
+        make_sampler("sgld", step_size=0.1).init([torch.zeros(2, 3)], rng=0, n_chains=n_chains)

@@ -45,3 +45,12 @@ def test_the_metrics_refuse_shapes_they_would_broadcast():
         expected_calibration_error(labels, P[:40])
     with pytest.raises(ValueError, match="y_true must be 1-D"):
         expected_calibration_error(np.c_[labels, labels], P)
+    # (before: n_bins=0 and no rows gave 0.0, n_bins=-3 numpy's own error, proba * 5 an ECE of 2.66, a short
+    # classes an IndexError; found by a helper's user test)
+    for kwargs, words in ((dict(n_bins=0), "n_bins must be a positive integer"),
+                          (dict(n_bins=-3), "n_bins must be a positive integer"),
+                          (dict(proba=P * 5), "proba must hold probabilities"),
+                          (dict(classes=[0]), "classes has 1 labels for 2 columns"),
+                          (dict(y_true=labels[:0], proba=P[:0]), "proba holds no row")):
+        with pytest.raises(ValueError, match=words):
+            expected_calibration_error(**{"y_true": labels, "proba": P, **kwargs})
