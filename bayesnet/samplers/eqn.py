@@ -180,7 +180,10 @@ class EQN(Sampler):
         (measured on the Gaussians of Heber et al. 2020 (TATi) Sec. 5.3.2 with
         :math:`\eta = 10`: ``D = 64, L = 8`` runs at 0.125 and diverges at
         0.18; ``L = 4`` diverges at 0.11; ``D = 256, L = 8`` runs at 0.07 and
-        diverges at 0.1). For many parameters this calls for a small
+        diverges at 0.1; with few parameters and few walkers the bound is not
+        safe: ``D = 4, L = 4`` diverged after the first covariance update at
+        1.14 and, at :math:`T = 2`, 1.05, measured in a user test). For many
+        parameters this calls for a small
         :math:`\eta` or step, e.g. :math:`\varepsilon \lesssim 0.012` for
         :math:`D = 10^4`, ``L = 8``, :math:`\eta = 10`, :math:`T = 1`.
     friction : float, default=1.0
