@@ -117,8 +117,9 @@ class TakensEmbedding(TransformerMixin, BaseEstimator):
     def transform(self, X):
         """Select the delay coordinates: shape (n_samples, dimension)."""
         check_is_fitted(self)
+        self._validate_params()  # (dimension or delay set since fit: values, then the span)
         X = validate_data(self, X, reset=False)
-        self._check_span(X.shape[1])  # (dimension or delay set since fit)
+        self._check_span(X.shape[1])
         cols = np.arange(1, self.dimension + 1) * self.delay - 1
         return X[:, cols]
 

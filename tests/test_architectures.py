@@ -299,6 +299,9 @@ def test_cnn_predicts_on_samples_flat_or_in_its_layout(digits):
     with pytest.raises(ValueError, match=r"X has 50 features, but BayesianCNNClassifier was fitted with samples of "
                                          r"shape \(1, 8, 8\) \(64 values"):
         images.predict(Xte[:5, :50])
+    # signals of one sample axis of length 1 (the reviewer's catch: flattened ones went to the 2-D default layout)
+    columns = BayesianCNNClassifier(**SMALL_CNN, **SHORT).fit(Xtr[:200, :8, None], ytr[:200])
+    np.testing.assert_array_equal(columns.predict_proba(Xte[:5, :8]), columns.predict_proba(Xte[:5, :8, None]))
 
 
 def test_empty_sample_axes_are_refused():

@@ -680,9 +680,14 @@ def test_a_new_prior_or_temperature_in_a_continued_fit_is_no_divergence(iris):
     est = BayesianMLPClassifier(**kw)
     fit_recording(est, X, y)
     assert est.divergence_state_.get("hyper")  # the hierarchical prior's terms
-    fit_recording(est.set_params(prior_scale=0.3), X, y, method="partial_fit")
+    start = int(est.sampler_state_.step)
+    fit_recording(est.set_params(prior_scale=0.3, n_draws=60), X, y, method="partial_fit")
     assert est.fit_status_["status"] == "complete" and est.score(X, y) > 0.9
     assert not est.divergence_state_.get("hyper")  # a fixed prior has none
+    # a new reference, gathered over the 50 steps after the first 50 of the continued run, is checked from there
+    # (the reviewer's catch: a reset left the potential unchecked for good)
+    assert est.divergence_state_["ref_window"] == (start + 50, start + 100)
+    assert int(est.sampler_state_.step) > start + 100 and np.isfinite(est.divergence_state_["reference"][0]).all()
     Xc, yc = load_breast_cancer(return_X_y=True)
     hot = BayesianMLPClassifier(prior_scale="fan_in", burn_in=400, n_draws=20, random_state=0)
     fit_recording(hot, Xc, yc)

@@ -22,6 +22,8 @@ def test_windows_and_embedding():
         TakensEmbedding(dimension=4, delay=2).fit(X[:, :5])
     with pytest.raises(ValueError, match="exceeds the 6 lag columns"):  # set since fit (before: IndexError)
         TakensEmbedding(dimension=2, delay=3).fit(X).set_params(dimension=3).transform(X)
+    with pytest.raises(ValueError, match="delay"):  # (before: the last lag column, dimension times)
+        TakensEmbedding(dimension=2, delay=3).fit(X).set_params(delay=0).transform(X)
     with pytest.raises(ValueError, match="NaN"):
         make_forecasting_windows([1.0, np.nan, 2.0, 3.0], n_lags=1)
 

@@ -40,8 +40,9 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         chain's step size are adapted during them and frozen afterwards,
         so the kept draws come from one fixed kernel. Below 200 steps the
         warm-up cannot settle and a ``ConvergenceWarning`` says so (at 0
-        none runs: the chains take the sampler's fallback step, 1e-4, with
-        a unit mass, and the warning says that). An
+        none runs: the chains take the sampler's fallback step, 1e-4 for
+        sgld, sghmc, sgnht and tacthmc, 0.01 for baoab, eqn and hmc, 0.025
+        for pt-langevin, with a unit mass, and the warning says that). An
         explicit ``sampler__step_size`` is used as given (no mass matrix
         unless ``sampler__preconditioner`` asks for one), except by
         ``hmc`` and ``pt-langevin``, which tune it from there on their

@@ -150,13 +150,18 @@ class DivergenceMonitor(Callback):
         return state
 
     @staticmethod
-    def reset_reference(state, prior: bool = False) -> None:
+    def reset_reference(state, prior: bool = False, at_step: int | None = None, length: int = 0) -> None:
         """Forget the potential's reference (a continued fit on new data, under a new prior or at another
         temperature: the potential's level changes), and with ``prior`` the old prior's hyperparameter terms
-        (the new prior's, if it has any, are remembered from its first step)."""
+        (the new prior's, if it has any, are remembered from its first step). A new reference is gathered over
+        the ``length`` steps after the first ``length`` from ``at_step`` (the chains settle into the new
+        posterior first), and the potential is checked against it from there; without ``at_step`` it stays
+        unchecked (the non-finite and temperature checks go on)."""
         state["reference"] = None
         for key in ("ref_sum", "ref_sq", "ref_n"):
             state[key] = np.zeros(np.shape(state[key]))
+        state["ref_window"] = None if at_step is None or length < 1 else \
+            (int(at_step) + int(length), int(at_step) + 2 * int(length))
         if prior:
             state.pop("hyper", None)
 
@@ -201,8 +206,9 @@ class DivergenceMonitor(Callback):
         u = fields["potential"].astype(np.float64) + _terms_at(state.get("hyper"), steps, S)  # (S, k)
         burn_in = net.plan_.burn_in
         # the reference: the last quarter of the burn-in (after the prior's precisions have started to move, at
-        # half of it), during a warm-up too
-        window = (steps <= burn_in) & (steps > 3 * burn_in // 4)
+        # half of it), during a warm-up too; after a reset (reset_reference), its own window
+        low, high = state.get("ref_window") or (3 * burn_in // 4, burn_in)
+        window = (steps <= high) & (steps > low)
         if window.any():
             self._accumulate(state, u[:, window])
         sampler_state = net.sampler_state_
@@ -228,15 +234,15 @@ class DivergenceMonitor(Callback):
                 runs, state["hot_run"] = _runs(t_kin[:, during] > self.warmup_temperature_limit * target,
                                                state["hot_run"])
                 bad[2] |= (runs >= self.warmup_patience).any(axis=1)
-            after = ~during
+            after = ~during & (steps > high)  # (after a reset: once its window is complete)
             if after.any():
                 ref = state["reference"]
                 if ref is None:
                     ref = state["reference"] = self._reference(net, state)
                 runs, state["high_run"] = _runs(u[:, after] > ref[0][:, None], state["high_run"])
                 bad[1] |= (runs >= self.potential_patience).any(axis=1)
-                if watch_heat:
-                    bad[2] |= (t_kin[:, after] > self.temperature_tolerance * target).any(axis=1)
+            if watch_heat and (~during).any():
+                bad[2] |= (t_kin[:, ~during] > self.temperature_tolerance * target).any(axis=1)
 
     @staticmethod
     def _hyperparameter_terms(net, state, step) -> None:

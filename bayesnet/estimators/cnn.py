@@ -98,16 +98,23 @@ class _CNNNet(BayesianNeuralNet):
         X = super()._check_samples_shape(X, reset)
         fitted, shape = getattr(self, "input_shape_", None), getattr(X, "shape", None)
         n_in = getattr(self, "n_features_in_", None)
-        if reset or fitted is None or shape is None or len(shape) < 2 or shape[1] == n_in:
+        if reset or fitted is None or shape is None or len(shape) < 2:
             return X
-        if len(shape) > 2 and tuple(shape[1:]) == tuple(fitted):  # fitted on flattened samples
-            return np.asarray(X).reshape(len(X), -1)
-        if len(shape) == 2:
-            if shape[1] == math.prod(fitted):  # fitted on samples in the network's layout
-                return np.asarray(X).reshape(len(X), *fitted)
-            if n_in != math.prod(fitted):  # (else scikit-learn's own message, its checks' wording)
-                raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} was fitted with samples of "
-                                 f"shape {tuple(fitted)} ({math.prod(fitted)} values per sample when flattened).")
+        fitted = tuple(fitted)
+        if len(shape) > 2:
+            if tuple(shape[1:]) == fitted and shape[1] != n_in:  # fitted on flattened samples
+                return np.asarray(X).reshape(len(X), -1)
+            return X
+        # 2-D: as fit saw it when _shape_input reads it back into the fitted layout (by input_shape, or as
+        # one-channel signals); else the flattened samples of a fit in the network's layout
+        read_as = tuple(self.input_shape) if self.input_shape is not None else (1, shape[1])
+        if shape[1] == n_in and read_as == fitted:
+            return X
+        if shape[1] == math.prod(fitted):
+            return np.asarray(X).reshape(len(X), *fitted)
+        if n_in != math.prod(fitted):  # (else scikit-learn's own message, its checks' wording)
+            raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} was fitted with samples of "
+                             f"shape {fitted} ({math.prod(fitted)} values per sample when flattened).")
         return X
 
     def _build_module(self):

@@ -237,8 +237,8 @@ def _build_members(net, n_members_per_chain: int, chains: range):
 
 
 def warn_inexact_test(net, sampler, batch_size: int, n_data: int) -> None:
-    """A UserWarning when a sampler with a Metropolis-Hastings test (``full_batch``) runs on mini-batches (a fit,
-    or a continued fit whose batch size or data changed)."""
+    """A UserWarning when a sampler with a Metropolis-Hastings test (``full_batch``) runs on mini-batches (at each
+    fit or continued fit that does)."""
     if sampler.full_batch and batch_size < n_data:
         warnings.warn(f"{sampler.name} with mini-batches (batch_size={net.batch_size} < {n_data} rows): its "
                       "Metropolis-Hastings test compares noisy energies and is no longer exact; use batch_size=-1 "
@@ -329,6 +329,13 @@ def _carry_settings(previous, sampler, state) -> None:
             warm.adapt_mass = warm.adapt_mass and sampler.preconditioner_mode() is not None
 
 
+def _reference_length(net) -> int:
+    """Steps the divergence monitor's new reference takes after a reset, and the steps it lets the chains settle
+    first: a quarter of the burn-in, as the first reference (at least 25, at most 500: a continued run is
+    usually a few hundred steps)."""
+    return int(min(max(net.plan_.burn_in // 4, 25), 500))
+
+
 def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     """Continue the chains on ``(X, y)``: apply the changed settings a running chain can honour; refuse, with
     the advice to refit, those it cannot.
@@ -374,7 +381,8 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if net.divergence_state_ is not None and (
             prior is not None or previous.temperature_range() != net.sampler_.temperature_range()):
         # the potential's level under the warm-up's posterior is no reference for another prior or temperature
-        DivergenceMonitor.reset_reference(net.divergence_state_, prior=prior is not None)
+        DivergenceMonitor.reset_reference(net.divergence_state_, prior=prior is not None,
+                                          at_step=int(net.sampler_state_.step), length=_reference_length(net))
     for key in ("noise_shape", "noise_scale"):
         if key in changed:
             setattr(net.criterion_, key, float(now[key]))
@@ -389,7 +397,8 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.posterior_.n_data = net.n_train_ = len(X)
         net.batch_cursor_ = None
         if net.divergence_state_ is not None:  # the potential's level changes with the data
-            DivergenceMonitor.reset_reference(net.divergence_state_)
+            DivergenceMonitor.reset_reference(net.divergence_state_, at_step=int(net.sampler_state_.step),
+                                              length=_reference_length(net))
         net.data_fingerprint_ = new_data
     if "batch_size" in changed:
         net.batch_cursor_ = None

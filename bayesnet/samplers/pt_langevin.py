@@ -515,8 +515,8 @@ class PTLangevin(Sampler):
         return state, StepInfo(potential=value, is_draw=is_draw, extra=extra)
 
     # compiled (bayesnet.samplers.compiled): the potential's gradient, not the step. Each step draws which
-    # replicas make a Langevin proposal and takes gradients only where they are needed (a host-side choice), so
-    # the step stays eager around the compiled gradient
+    # replicas make a Langevin proposal and recomputes the cached gradient at the positions only where it went
+    # stale (a host-side choice), so the step stays eager around the compiled gradient
     compiles = True
 
     def pure_transition(self, potentials, layout: ChainLayout):
