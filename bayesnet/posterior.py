@@ -86,7 +86,9 @@ class FunctionPotential:
         ``fn(parameters, batch) -> U`` with ``U`` a differentiable 0-d tensor.
         It may return one value per chain (shape ``(C,)``) when the
         parameters pack ``C`` chains on a leading axis; the gradient is then
-        that of the sum, i.e. every chain's own gradient.
+        that of the sum, i.e. every chain's own gradient. hmc, pt-langevin
+        and tacthmc need one value per member (their first step raises
+        ``ValueError`` otherwise); the gradient samplers also take the sum.
     parameters : sequence of Tensor
         Initial positions; converted to leaf tensors with ``requires_grad``.
     gradient_noise : float, default=0.0

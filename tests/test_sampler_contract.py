@@ -22,6 +22,7 @@ from torch import Tensor
 import sampler_settings
 from bayesnet import BayesianMLPClassifier
 from bayesnet.plan import ChainLayout
+from bayesnet.posterior import FunctionPotential
 from bayesnet.samplers import (ChainRandom, Sampler, SamplerState, Stat, StepInfo, available_samplers, make_sampler,
                                register_sampler, unregister_sampler)
 from bayesnet.samplers.base import COMMON_STATS
@@ -243,3 +244,17 @@ def test_every_sampler_fits_through_an_estimator(name, iris):
     # their gradients at their positions
     measured = {"configurational_temperature"} if est.sampler_.configurational_target() is not None else set()
     assert set(est.get_sample_stats()) <= set(type(est.sampler_).stats) | measured
+
+
+@pytest.mark.parametrize("name", ["hmc", "pt-langevin", "tacthmc"])
+def test_a_summed_potential_of_several_members_is_refused_where_each_members_is_read(name):
+    """A FunctionPotential returning one summed value for packed chains: the samplers whose kernel reads each
+    member's potential say so at the first step (before: a torch error, "shape '[2]' is invalid for input of
+    size 1", found by a helper's user test)."""
+    sampler = make_sampler(name, step_size=0.1)
+    start = torch.zeros(2 * sampler.members_per_chain(), 3, dtype=torch.float64)
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(), [start])
+    state = sampler.init(pot.parameters, 0, n_chains=2)
+    with pytest.raises(ValueError, match=rf"{name}: the potential returned a value of shape \(\); .* one value per "
+                                         "member"):
+        sampler.step(state, pot, None)

@@ -577,6 +577,8 @@ class Sampler(BaseEstimator):
         During the warm-up every gradient feeds the mass estimate and, at the end of each window, the mass and
         step size are set anew (:mod:`bayesnet.samplers.warmup`); once it ends they are frozen.
         """
+        if int(state.step) == 0:
+            self._check_potential_shape(state, potential, batch)
         self.gibbs_step(state, potential)
         warm = state.warmup
         if warm is None:
@@ -588,6 +590,25 @@ class Sampler(BaseEstimator):
         _warmup.guard(self, state, info, potential, batch)
         _warmup.after_step(self, state, potential, batch)
         return state, info
+
+    #: whether the kernel reads each member's potential (a Metropolis test, a tempering force): a
+    #: :class:`~bayesnet.posterior.FunctionPotential` of several members must then return one value per member
+    #: (the gradient samplers also take a summed value: its gradient is every member's own)
+    member_potentials: ClassVar[bool] = False
+
+    def _check_potential_shape(self, state: SamplerState, potential: Potential, batch: Any) -> None:
+        """:attr:`member_potentials`, checked once, at the first step (one more evaluation). Before: hmc,
+        pt-langevin and tacthmc failed inside torch on a summed (0-d) value."""
+        from ..posterior import FunctionPotential
+
+        size = state.layout.n_members
+        if not self.member_potentials or size is None or size == 1 or not isinstance(potential, FunctionPotential):
+            return
+        shape = tuple(potential.value(batch).shape)
+        if shape != (size,):
+            raise ValueError(f"{self.name}: the potential returned a value of shape {shape}; with "
+                             f"{state.layout.n_chains} chain(s) of {state.layout.members_per_chain} member(s) it must "
+                             f"return one value per member, shape ({size},).")
 
     def gibbs_step(self, state: SamplerState, potential: Potential) -> None:
         """The prior's Gibbs step on its hyperparameters, when due (:meth:`step` calls it first)."""

@@ -235,6 +235,7 @@ class PTLangevin(Sampler):
         "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
     }
     fallback_step_size = 0.025
+    member_potentials = True  # (its Metropolis test / tempering force reads each member's potential)
     tunes_step_on_acceptance = True
     # the mass is estimated from the gradient at the current positions, taken first in every warm-up step
     # (:meth:`_step`); the proposals' gradients do not count
