@@ -438,3 +438,31 @@ def test_a_tiny_regression_does_not_freeze_at_a_vanishing_step():
         est.fit(X[rows], y[rows])
     steps = [float(h.reshape(-1)[0]) for h in est.sampler_state_.warmup_report["step_sizes"]]
     assert steps[-1] > 1e-3 * max(steps[:-1]), steps  # (0.026 here; 1e-6 unbounded)
+
+
+def test_members_frozen_at_a_vanishing_step_have_not_settled(monkeypatch):
+    """On a banana target (x1 ~ N(0, 1), x2 | x1 ~ N(x1^2 - 1, 1)), 128 sgnht chains started at exact draws: two
+    restart over and over far out in the tail and freeze at steps of about 1e-11 against the others' 0.1, never to
+    move again. The report said settled (a helper's user test); now it says which members froze. Power: without
+    the criterion the same run reports settled."""
+    import bayesnet.samplers.warmup as warmup_module
+
+    def banana(p, b):
+        x = p[0]
+        return 0.5 * x[..., 0] ** 2 + 0.5 * (x[..., 1] - (x[..., 0] ** 2 - 1)) ** 2
+
+    def report():
+        g = torch.Generator().manual_seed(0)
+        x1 = torch.randn(128, generator=g, dtype=torch.float64)
+        x2 = x1 ** 2 - 1 + torch.randn(128, generator=g, dtype=torch.float64)
+        sampler = make_sampler("sgnht", adaptation_steps=400)
+        pot = FunctionPotential(banana, [torch.stack([x1, x2], 1)])
+        state = sampler.init(pot.parameters, 0, n_chains=128)
+        for _ in range(400):
+            state, _ = sampler.step(state, pot, None)
+        return state.warmup_report
+
+    caught = report()
+    assert not caught["settled"] and caught["reason"].startswith("2 of 128 members froze at a step below 0.001")
+    monkeypatch.setattr(warmup_module, "STUCK_STEP_RATIO", 0.0)
+    assert report()["settled"]

@@ -81,6 +81,8 @@ MAX_GROWTH = 16.0
 MIN_WINDOW = 20
 #: a warm-up shorter than this many steps has not settled (its last windows are too short to estimate from)
 MIN_SETTLED = 200
+#: a member whose frozen step is below this fraction of the median member's has not settled (:func:`after_step`)
+STUCK_STEP_RATIO = 1e-3
 
 #: the warm-up parameters' docstring, shared by the samplers that take them
 WARMUP_DOC = """    preconditioner : {"auto", "diagonal", "layer"} or None, default="auto"
@@ -622,7 +624,17 @@ def after_step(sampler, state, potential, batch) -> None:
     # stream depends on the others)
     sampler.redraw_momenta(state, failed.reshape(-1) if failed.ndim else failed.reshape(1))
     sampler.warmup_frozen(state)
+    # members frozen at a vanishing step (repeated halvings after restarts far out in a tail: on a banana target
+    # 2 of 128 sgnht chains froze at 6e-12 against about 0.1 for the others, and never moved again) have not
+    # settled either; judged against the other members, so only with several (one chain of an estimator: none)
+    stuck = 0
+    sizes = pre.step_size.detach().reshape(-1)
+    if warm.adapt_step and sizes.numel() >= 4:
+        stuck = int((sizes < STUCK_STEP_RATIO * sizes.median()).sum())
+        settled = settled and stuck == 0
     reason = None if settled else (
+        f"{stuck} of {sizes.numel()} members froze at a step below {STUCK_STEP_RATIO:g} of the members' median "
+        "(after repeated restarts: they barely move)" if stuck else
         f"it is too short for its windows to estimate the mass and step size (at least {MIN_SETTLED} steps)"
         if warm.n_steps < MIN_SETTLED else
         f"{warm.window_restarts} restart(s) of an overheating chain in its final window; those chains froze at a "
