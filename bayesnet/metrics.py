@@ -73,12 +73,16 @@ def interval_coverage(y_true, lower, upper) -> float:
     ------
     ValueError
         If the shapes differ (they are not broadcast: a 1-D target against column intervals would compare every
-        target with every interval).
+        target with every interval), or they hold no value or a NaN (which would count as a miss).
     """
     arrays = [_column_as_1d(np.asarray(a, dtype=np.float64)) for a in (y_true, lower, upper)]
     if len({a.shape for a in arrays}) != 1:
         raise ValueError("y_true, lower and upper must have the same shape, got "
                          f"{', '.join(str(np.shape(a)) for a in (y_true, lower, upper))}.")
+    if arrays[0].size == 0:
+        raise ValueError("y_true, lower and upper hold no value: the coverage of no interval is undefined.")
+    if any(np.isnan(a).any() for a in arrays):
+        raise ValueError("y_true, lower and upper must not hold NaN (a NaN would count as a miss).")
     y_true, lower, upper = arrays
     return float(np.mean((y_true >= lower) & (y_true <= upper)))
 

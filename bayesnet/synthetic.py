@@ -69,10 +69,18 @@ def gaussian_mixture(name: str, means, sds, weights, n_chains: int, start, gradi
     Raises
     ------
     ValueError
-        If ``means``, ``sds`` and ``weights`` disagree on K or the weights do not sum to 1.
+        If ``means`` is not ``(K, d)``, ``means``, ``sds`` and ``weights`` disagree on K, the weights are not
+        non-negative summing to 1, the sds not positive, or ``start`` not of length d.
     """
     if not (len(means) == len(sds) == len(weights)) or not np.isclose(np.sum(weights), 1.0):
         raise ValueError("means, sds and weights need the same number of modes, and the weights must sum to 1.")
+    # (before: negative weights or sds gave a NaN potential, 1-D means an IndexError, a short start a torch error)
+    if np.ndim(means) != 2:
+        raise ValueError(f"means must be (n_modes, n_dimensions), got shape {np.shape(means)}.")
+    if np.any(np.asarray(weights, dtype=float) < 0) or not np.all(np.asarray(sds, dtype=float) > 0):
+        raise ValueError("the weights must be non-negative and the sds positive.")
+    if np.shape(start) != (np.shape(means)[1],):
+        raise ValueError(f"start must be one point of {np.shape(means)[1]} coordinates, got shape {np.shape(start)}.")
     means_t = torch.tensor(np.asarray(means, dtype=float))
     sds_t = torch.tensor(np.asarray(sds, dtype=float))
     logw = torch.log(torch.tensor(np.asarray(weights, dtype=float)))

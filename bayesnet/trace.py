@@ -77,8 +77,11 @@ class Trace:
 
     def __init__(self, n_draws: int, burn_in: int = 0, thinning: int = 1, n_slots: int = 1,
                  chain_axis: bool | None = None):
-        if n_draws < 1 or burn_in < 0 or thinning < 1 or n_slots < 1:
-            raise ValueError("need n_draws >= 1, burn_in >= 0, thinning >= 1 and n_slots >= 1.")
+        for name, value, low in (("n_draws", n_draws, 1), ("burn_in", burn_in, 0), ("thinning", thinning, 1),
+                                 ("n_slots", n_slots, 1)):
+            # (before: 5.5 draws were 5, True one)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
         self.n_draws = int(n_draws)
         self.burn_in = int(burn_in)
         self.thinning = int(thinning)

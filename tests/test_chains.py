@@ -678,3 +678,20 @@ def test_init_refuses_a_number_of_chains_that_is_not_a_positive_integer(n_chains
     """Before: 2.5 was taken as 2, True as 1, and 0 or -1 gave "needs a leading axis of -1" (a helper's test)."""
     with pytest.raises(ValueError, match=r"n_chains must be a positive integer or None, got"):
         make_sampler("sgld", step_size=0.1).init([torch.zeros(2, 3)], rng=0, n_chains=n_chains)
+
+
+def test_a_trace_and_a_mixture_refuse_what_they_cannot_hold():
+    """Before: Trace(5.5) kept 5 draws and Trace(True) one; gaussian_mixture took negative weights or sds (a NaN
+    potential), 1-D means (IndexError) and a start of another dimension (a torch error). (A helper's test.)"""
+    from bayesnet.synthetic import gaussian_mixture
+
+    for bad in (5.5, True, 0):
+        with pytest.raises(ValueError, match="n_draws must be an integer >= 1"):
+            Trace(bad)
+    ok = dict(name="m", means=[[0.0], [1.0]], sds=[1.0, 1.0], weights=[0.5, 0.5], n_chains=2, start=[0.0])
+    assert gaussian_mixture(**ok).potential.value(None).shape == (2,)
+    for change, words in ((dict(weights=[1.5, -0.5]), "non-negative"), (dict(sds=[1.0, -1.0]), "sds positive"),
+                          (dict(means=[0.0, 1.0]), r"means must be \(n_modes, n_dimensions\)"),
+                          (dict(start=[0.0, 0.0]), "start must be one point of 1 coordinates")):
+        with pytest.raises(ValueError, match=words):
+            gaussian_mixture(**{**ok, **change})

@@ -38,6 +38,10 @@ def test_the_metrics_refuse_shapes_they_would_broadcast():
     assert interval_coverage(np.c_[y, y], np.c_[y - 1, y + 1], np.c_[y + 1, y + 2]) == 0.5  # two outputs
     with pytest.raises(ValueError, match="same shape"):
         interval_coverage(y, y[:40], y[:40])
+    with pytest.raises(ValueError, match="must not hold NaN"):  # (before: counted as a miss, silently)
+        interval_coverage(np.r_[y[:-1], np.nan], y - 1, y + 1)
+    with pytest.raises(ValueError, match="hold no value"):  # (before: nan and numpy's RuntimeWarning)
+        interval_coverage(y[:0], y[:0], y[:0])
     labels = np.arange(80) % 2
     P = np.eye(2)[labels]
     assert expected_calibration_error(labels[:, None], P) == 0.0
