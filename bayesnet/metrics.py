@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validation import is_count
+
 __all__ = ["expected_calibration_error", "interval_coverage"]
 
 
@@ -37,7 +39,7 @@ def expected_calibration_error(y_true, proba, n_bins: int = 15, classes=None) ->
     if proba.ndim != 2 or len(proba) != len(y_true):
         raise ValueError(f"proba must have shape (n_samples, n_classes) for y_true of {len(y_true)} rows, got "
                          f"shape {proba.shape}.")
-    if isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+    if not is_count(n_bins):
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
     if len(proba) == 0:
         raise ValueError("proba holds no row: the calibration error of no prediction is undefined.")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
+from ._validation import is_count
 
 __all__ = ["ChainLayout", "RunPlan"]
 
@@ -41,13 +41,10 @@ class ChainLayout:
     members_per_chain: int = 1
 
     def __post_init__(self):
-        for name in ("n_chains", "members_per_chain"):
-            value = getattr(self, name)
-            if name == "n_chains" and value is None:
-                continue
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive integer{' or None' if name == 'n_chains' else ''}, "
-                                 f"got {value!r}.")
+        if self.n_chains is not None and not is_count(self.n_chains):
+            raise ValueError(f"n_chains must be a positive integer or None, got {self.n_chains!r}.")
+        if not is_count(self.members_per_chain):
+            raise ValueError(f"members_per_chain must be a positive integer, got {self.members_per_chain!r}.")
 
     @property
     def chains(self) -> int:

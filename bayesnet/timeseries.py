@@ -9,6 +9,8 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._validation import is_count
+
 __all__ = ["make_forecasting_windows", "TakensEmbedding"]
 
 
@@ -51,7 +53,7 @@ def make_forecasting_windows(series, n_lags: int, horizon: int = 1, stride: int 
     if not np.all(np.isfinite(y)):
         raise ValueError("series contains NaN or infinity.")
     for name, val in (("n_lags", n_lags), ("horizon", horizon), ("stride", stride)):
-        if not isinstance(val, Integral) or isinstance(val, (bool, np.bool_)) or val < 1:
+        if not is_count(val):
             raise ValueError(f"{name} must be a positive integer, got {val!r}.")
     times = np.arange(n_lags, len(y) - horizon + 1, stride)
     if times.size == 0:

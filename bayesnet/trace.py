@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._validation import is_count
+
 __all__ = ["Trace", "StepStats"]
 
 
@@ -80,7 +82,7 @@ class Trace:
         for name, value, low in (("n_draws", n_draws, 1), ("burn_in", burn_in, 0), ("thinning", thinning, 1),
                                  ("n_slots", n_slots, 1)):
             # (before: 5.5 draws were 5, True one)
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+            if not is_count(value, low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
         self.n_draws = int(n_draws)
         self.burn_in = int(burn_in)
