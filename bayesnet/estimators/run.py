@@ -378,11 +378,8 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if prior is not None:
         net.prior_ = net.posterior_.prior = prior
         net.sampler_.reset_cache(net.sampler_state_)  # cached potentials were under the old prior
-    if net.divergence_state_ is not None and (
-            prior is not None or previous.temperature_range() != net.sampler_.temperature_range()):
-        # the potential's level under the warm-up's posterior is no reference for another prior or temperature
-        DivergenceMonitor.reset_reference(net.divergence_state_, prior=prior is not None,
-                                          at_step=int(net.sampler_state_.step), length=_reference_length(net))
+    # the potential's level under the warm-up's posterior is no reference for another prior, temperature or data
+    new_level = prior is not None or previous.temperature_range() != net.sampler_.temperature_range()
     for key in ("noise_shape", "noise_scale"):
         if key in changed:
             setattr(net.criterion_, key, float(now[key]))
@@ -396,10 +393,11 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.sampler_.reset_cache(net.sampler_state_)
         net.posterior_.n_data = net.n_train_ = len(X)
         net.batch_cursor_ = None
-        if net.divergence_state_ is not None:  # the potential's level changes with the data
-            DivergenceMonitor.reset_reference(net.divergence_state_, at_step=int(net.sampler_state_.step),
-                                              length=_reference_length(net))
         net.data_fingerprint_ = new_data
+        new_level = True
+    if new_level and net.divergence_state_ is not None:
+        DivergenceMonitor.reset_reference(net.divergence_state_, prior=prior is not None,
+                                          at_step=int(net.sampler_state_.step), length=_reference_length(net))
     if "batch_size" in changed:
         net.batch_cursor_ = None
     warn_inexact_test(net, net.sampler_, resolve_batch_size(net.batch_size, len(X), net.sampler_.full_batch), len(X))

@@ -130,7 +130,7 @@ class HMC(Sampler):
              "divergent": Stat("sum", "n_divergent", "diverging")}
     state_class = HMCState
     fallback_step_size = 0.01
-    member_potentials = True  # (its Metropolis test / tempering force reads each member's potential)
+    member_potentials = True  # (its Metropolis test reads each member's potential)
     stability = 1.0
     warmup_first_gradient_only = True  # the leapfrog's gradients are at proposals that may be rejected
     tunes_step_on_acceptance = True

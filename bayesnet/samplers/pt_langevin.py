@@ -235,7 +235,7 @@ class PTLangevin(Sampler):
         "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
     }
     fallback_step_size = 0.025
-    member_potentials = True  # (its Metropolis test / tempering force reads each member's potential)
+    member_potentials = True  # (its Metropolis tests and swaps read each member's potential)
     tunes_step_on_acceptance = True
     # the mass is estimated from the gradient at the current positions, taken first in every warm-up step
     # (:meth:`_step`); the proposals' gradients do not count
@@ -428,12 +428,8 @@ class PTLangevin(Sampler):
         # Step 1.1: the kind of proposal of each replica; the gradient at the current position where one needs it
         p_lg = float(self.langevin_prob)
         langevin = self._per_chain_uniform(state, R, dtype) < p_lg
-        # Whether a step computes gradients must not depend on what the other members propose: the potential's
-        # value alone and its value with the gradient round differently, so a member's energies (and, through
-        # the Robbins-Monro tuning, its whole chain) would depend on the chains beside it. With Langevin proposals
-        # possible every step takes the gradient at the proposals, and every member keeps a valid one at its
-        # position (at the default 10 replicas and langevin_prob=0.5 a step without any Langevin proposal is one
-        # in a thousand; a small langevin_prob with few replicas pays a gradient on steps that need none).
+        # with Langevin proposals possible, the gradient on every step whatever the other members propose (the
+        # class docstring's "Cost": the value alone rounds differently, which made chains depend on each other)
         any_langevin = p_lg > 0
         stale = ~state.grad_valid if any_langevin else langevin & ~state.grad_valid
         any_stale = bool(stale.any()) if any_langevin else False  # the one host sync

@@ -360,7 +360,7 @@ class TACTHMC(Sampler):
         return float(self.temperature), float(self.max_temperature) if self.tempering else float(self.temperature)
 
     fallback_step_size = 1e-4
-    member_potentials = True  # (its Metropolis test / tempering force reads each member's potential)
+    member_potentials = True  # (the tempering variable's force reads each member's potential)
     stability = 0.15
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
