@@ -774,6 +774,27 @@ def test_skorch_options_the_estimator_does_not_use_are_refused(iris, option):
         BayesianMLPClassifier((8,), burn_in=20, n_draws=5, **option).fit(*iris)
 
 
+def test_set_params_on_a_fitted_estimator_refuses_skorch_parts_and_loses_nothing(iris):
+    """A helper's user test: set_params(module__hidden=3) on a fitted estimator re-initialised skorch's module (None
+    here), after which predict and every later set_params failed with AttributeError; callbacks__print_log=None
+    (skorch's idiom for a quiet net) failed with "not enough values to unpack". Now the first is refused before
+    anything changes, the second is accepted (nothing prints anyway), an unknown callback is named."""
+    from sklearn.base import clone
+
+    X, y = iris
+    est = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, random_state=0)
+    fit_recording(est, X, y)
+    proba = est.predict_proba(X[:5])
+    with pytest.raises(ValueError, match="does not use skorch's module__hidden"):
+        est.set_params(module__hidden=3)
+    with pytest.raises(ValueError, match="has no callback named 'nonexistent'"):
+        est.set_params(callbacks__nonexistent=None)
+    est.set_params(callbacks__print_log=None, sampler__step_size=0.01)
+    np.testing.assert_array_equal(est.predict_proba(X[:5]), proba)
+    quiet = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, random_state=0, callbacks__print_log=None)
+    fit_recording(clone(quiet), X, y)
+
+
 def test_skorch_callbacks_around_an_optimiser_are_refused(iris):
     from skorch.callbacks import EarlyStopping, EpochTimer, LRScheduler
 

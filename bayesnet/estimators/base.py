@@ -212,7 +212,15 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def set_params(self, **params):
         """Set parameters; ``sampler``, ``sampler__*``, ``compile`` and ``compile__*`` take effect at the next
         ``fit``/``partial_fit`` (skorch would re-initialise a fitted net's module for the latter two, losing its
-        chains and draws)."""
+        chains and draws). skorch's ``module__*``, ``optimizer__*``, ``criterion__*``, ``iterator_valid__*`` and
+        ``dataset__*`` are refused before anything changes (skorch would re-initialise a fitted net's module for
+        them, and the estimator has none of these parts), as is a ``callbacks__<name>`` for a callback it does not
+        have (``callbacks__print_log=None`` is accepted: the estimator prints no epoch log anyway)."""
+        prefixed = sorted(k for k in params if k.startswith(self._UNUSED_SKORCH_PREFIXES))
+        if prefixed:
+            raise ValueError(f"{type(self).__name__} does not use skorch's {', '.join(prefixed)}: it has no "
+                             "optimiser, loss or validation split, and builds its own network and data set. The "
+                             "sampler's settings are sampler__*.")
         deferred = {k: v for k, v in params.items()
                     if k in ("sampler", "compile") or k.startswith(("sampler__", "compile__"))}
         for key, val in deferred.items():
@@ -238,8 +246,28 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         self.optimizer_ = None  # no optimiser: the sampler moves the weights
         return self
 
+    #: skorch's default callbacks this estimator leaves out (no losses to record or print)
+    _DROPPED_CALLBACKS = ("valid_loss", "print_log", "train_loss")
+
+    def _set_params_callback(self, **params):
+        # skorch fails with "not enough values to unpack" on a callback name it does not find; a user turning off
+        # skorch's print_log (``callbacks__print_log=None``, its documented idiom) would meet that here
+        names = {name for name, _ in getattr(self, "callbacks_", None) or ()}
+        for key in [k for k in params if k.startswith("callbacks__")]:
+            name = key[len("callbacks__"):]
+            head = name.split("__", 1)[0]
+            if head in names:
+                continue
+            if head in self._DROPPED_CALLBACKS and head == name and params[key] is None:
+                del params[key]  # already off
+                continue
+            raise ValueError(f"{type(self).__name__} has no callback named {head!r} (its callbacks: "
+                             f"{', '.join(sorted(names)) or 'none'}); skorch's valid_loss, print_log and train_loss "
+                             "are left out, since it records no losses.")
+        return super()._set_params_callback(**params)
+
     def get_default_callbacks(self):
-        keep = [cb for cb in super().get_default_callbacks() if cb[0] not in ("valid_loss", "print_log", "train_loss")]
+        keep = [cb for cb in super().get_default_callbacks() if cb[0] not in self._DROPPED_CALLBACKS]
         callbacks = keep + [("divergence", DivergenceMonitor()), ("draw_quota", DrawQuota())]
         if self.verbose:
             callbacks.append(("progress_bar", SamplingProgressBar()))
