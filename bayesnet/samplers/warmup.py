@@ -21,35 +21,42 @@ the same way, in windows after Stan's (Carpenter et al. 2017; Hoffman and Gelman
    fixed kernel: a constant preconditioner needs no correction term (the ``Gamma`` of Li et al. 2016, eq. 4),
    and each sampler stays exact for its target.
 
-The step size. With that mass the preconditioned Hessian ``m^{1/2} H m^{1/2}`` (``m = M^{-1}``) has
-curvatures of order one in every well-determined direction, whatever the features' scales and the data size,
-so one dimensionless rule serves all problems. At each window's end the warm-up measures, per member, the
-largest preconditioned curvature ``lambda`` by power iteration on finite-difference Hessian-vector products
-over the last ``N_BATCHES`` mini-batches (the same batch on both sides of each difference, so that it is a
-curvature and not noise; the largest over the batches), and the fraction ``rho`` of the gradient's second
-moment that is mini-batch noise (from the gradients of each batch's two halves; 0 on the full data); a kernel
-preconditioned beyond the mass (eqn's walkers' covariance) sets that preconditioner first and has both measured
-through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). A regressor's
-data term curves as ``1 / sigma^2``, with ``sigma`` sampled: the curvature is scaled to the window's mean of
-that weight (the likelihood's ``curvature_weight``, read at every guard check) over its value at the
-measurement, where that is above one (and to at most ``MAX_GROWTH`` times the previous window's curvature,
-never below the measurement: the factor scales the prior's share too), so that a chain that let ``sigma``
-grow is not given a step for a data term it has flattened (:func:`_typical_curvature`). The
-sampler turns them into its step size (:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable
-(``step * lambda`` below a constant) and cool (the heat the gradient noise adds, ``step * rho / 2`` for SGLD,
-``step * rho / (2 friction)`` for SGHMC, below ``HEAT`` = 5 % of the temperature). A step may grow at most
-``MAX_GROWTH`` times per window, not after a window shorter than ``MIN_WINDOW`` steps, and not into the final
-window; a window whose second half ran hot (kinetic temperature above ``1 + HOT`` times the target, beyond
-the chance fluctuation of a mean of ``D`` squares, while the potential was not still descending) halves it.
+The step size. With that mass the preconditioned Hessian ``m^{1/2} H m^{1/2}`` (``m = M^{-1}``) has curvatures of
+order one in every well-determined direction, whatever the features' scales and the data size, so one
+dimensionless rule serves all problems. At each window's end the warm-up measures, per member, the largest
+preconditioned curvature ``lambda`` by power iteration on finite-difference Hessian-vector products over the last
+``N_BATCHES`` mini-batches (the same batch on both sides of each difference, so that it is a curvature and not
+noise; the largest over the batches; for the step the warm-up freezes at, set at the final window's start, at
+least ``SPOT_SHARE`` (half) of the largest curvature at up to ``N_SPOTS`` positions the member held over the
+window before, since a step set where the potential happens to be flat is too large for the rest of the typical
+set, and there it needs to be stable, not to keep the rule's margin), and the fraction ``rho`` of the gradient's
+second moment that is mini-batch noise (from the gradients of each batch's two halves; 0 on the full data); a
+kernel preconditioned beyond the mass (eqn's walkers' covariance) sets that preconditioner first and has both
+measured through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). A regressor's data term curves as
+``1 / sigma^2``, with ``sigma`` sampled: the curvature is scaled to the window's mean of that weight (the likelihood's
+``curvature_weight``, read at every guard check) over its value at the measurement, where that is above one (and
+to at most ``MAX_GROWTH`` times the previous window's curvature, never below the measurement: the factor scales
+the prior's share too), so that a chain that let ``sigma`` grow is not given a step for a data term it has
+flattened (:func:`_typical_curvature`). The sampler turns them into its step size
+(:meth:`~bayesnet.samplers.Sampler.warmup_step_size`): stable (``step * lambda`` below a constant) and cool (the
+heat the gradient noise adds, ``step * rho / 2`` for SGLD, ``step * rho / (2 friction)`` for SGHMC, below ``HEAT``
+= 5 % of the temperature). A step may grow at most ``MAX_GROWTH`` times per window, not after a window shorter
+than ``MIN_WINDOW`` steps, and not into the final window; a window whose second half ran hot (kinetic temperature
+above ``1 + HOT`` times the target, beyond the chance fluctuation of a mean of ``D`` squares, while the potential
+was not still descending) halves it.
 
 Guards, so that no chain is lost to a bad estimate:
 
 - a zero, tiny or non-finite mass entry never becomes a divisor: entries are floored at ``MASS_FLOOR``
   times the member's median, a non-finite one keeps its previous mass, and a member with no valid entry keeps
   its previous mass (or unit mass); a non-finite curvature keeps the previous step size;
-- every ``guard_every`` steps, a member whose potential or position went non-finite, or whose kinetic
-  temperature ran above ``GUARD_HEAT`` times its target, is put back to its last cool position with half its
-  step size and fresh momenta (:func:`guard`); its window's moments do not set its mass;
+- every ``guard_every`` steps, a member whose potential or position went non-finite, whose kinetic
+  temperature ran above ``GUARD_HEAT`` times its target, or whose potential rose above its fallback's by
+  ``RISE`` (100) times the fallback's size plus ``D`` times the temperature (a kernel without momenta shows a
+  divergence no other way), is put back to its fallback with half its step size and fresh momenta
+  (:func:`guard`); its window's moments do not set its mass. The fallback is
+  the position at the last check where the member ran cool, once the next step's potential (the position's own,
+  for the kernels that report the potential they moved from) is finite and has not risen so (:func:`_confirm`);
 - a member restarted in the final window, or whose final window ran hot, freezes at half the step it tried
   there, and the warm-up reports that it did not settle (the estimators raise a ``ConvergenceWarning`` that
   names ``burn_in``), as it does for a warm-up shorter than ``MIN_SETTLED`` steps.
@@ -205,6 +212,9 @@ class WarmUp:
     recorded_step: int = -1
     guard_every: int = 10
     backup: list[Tensor] | None = None
+    backup_potential: Tensor | None = None  # per member: the potential at its fallback (see :func:`_confirm`)
+    candidate: list | None = None  # the positions a check offers as the new fallback, and the members it offers
+    candidate_members: Tensor | None = None  # them for (confirmed at the next step: :func:`_confirm`)
     heat: Tensor | None = None
     heat_count: int = 0
     bad: Tensor | None = None
@@ -224,6 +234,7 @@ class WarmUp:
     scale_count: int = 0  # rounds of scale moves made
     window_weight: Tensor | None = None  # per member: sum of the data term's curvature weight at the window's checks
     window_weight_count: int = 0
+    spots: list | None = None  # positions kept from the window before the final one (:func:`_keep_spot`)
 
     def remember(self, batch) -> None:
         """Keep ``batch`` among the last ``N_BATCHES`` seen (a full batch, the same object each step, once)."""
@@ -336,6 +347,12 @@ def start(sampler, state, potential, batch) -> None:
         warm.sums, warm.count = None, 0
     _set_step_size(sampler, state, potential, batch)
     warm.backup = [p.detach().clone() for p in state.position]  # the guard's first fallback: the start
+    value = getattr(potential, "value", None)
+    if value is not None:  # and its potential, which a diverging member's rises far above (see RISE)
+        with torch.no_grad():
+            u = value(batch).detach().reshape(-1).double()
+        if u.numel() == (state.layout.n_members or 1):  # (one per member, as the guard reads it)
+            warm.backup_potential = torch.where(torch.isfinite(u), u, torch.full_like(u, math.inf))
     warm.started = True
 
 
@@ -382,13 +399,14 @@ def _too_hot(warm: WarmUp, n_coordinates: int, shape) -> Tensor | None:
 N_BATCHES = 4
 
 
-def _measure(warm: WarmUp, potential, batch, state, inverse_mass, transform=None) -> tuple[Tensor, Tensor | None]:
+def _measure(warm: WarmUp, potential, batch, state, inverse_mass,
+             transform=None) -> tuple[Tensor, Tensor | None, list]:
     """The largest preconditioned curvature and the noise fraction, per member, over the last ``N_BATCHES``
     mini-batches: the largest curvature (a mini-batch's Hessian is what a step meets, and its largest
     eigenvalue varies from batch to batch, by 50 % on a 64-row batch of a small network), the mean noise
     fraction. The power iteration on each further batch starts from the previous one's vector. ``transform``:
     the kernel's preconditioner beyond the mass (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`),
-    applied on both sides of the Hessian."""
+    applied on both sides of the Hessian. Also returns the power iteration's last vector."""
     batches = [b for b in warm.recent if b is not batch][-(N_BATCHES - 1):] + [batch]
     lams, rhos, v = [], [], None
     for k, b in enumerate(reversed(batches)):
@@ -399,7 +417,65 @@ def _measure(warm: WarmUp, potential, batch, state, inverse_mass, transform=None
         if rho is not None:
             rhos.append(rho)
     lam = torch.stack(lams).max(dim=0).values
-    return lam, (torch.stack(rhos).mean(dim=0) if rhos else None)
+    return lam, (torch.stack(rhos).mean(dim=0) if rhos else None), v
+
+
+#: positions kept from the window before the final one, where the curvature is measured too before the step size
+#: the warm-up freezes at is set (:func:`_keep_spot`)
+N_SPOTS = 12
+#: the share of the largest curvature at those positions the frozen step must allow for: they need the step to be
+#: stable, not the rule's margin (each sampler's rule keeps it at least 4x inside its stability limit: baoab's
+#: ``h^2 lambda = 1`` against 4, sghmc's ``eta lambda = 0.3`` against 4), so the step changes only where the
+#: curvature there is more than twice the one measured at the window's end, not for the scatter of the power
+#: iteration's estimates (measured: with the full curvature, MNIST-1D's default CNN lost about a point of accuracy)
+SPOT_SHARE = 0.5
+
+
+def _spot_window(warm: WarmUp, step: int) -> bool:
+    """Whether ``step`` lies in the window that ends where the final window starts (its positions are kept)."""
+    if len(warm.ends) < 3:
+        return False
+    return warm.ends[-3] < step < warm.ends[-2]
+
+
+def _keep_spot(warm: WarmUp, step: int) -> None:
+    """At a guard check in the window before the final one, keep the fallback positions (each member's last cool
+    position) at ``N_SPOTS`` points spread evenly over the window. The frozen step size is set from the largest
+    curvature over these and the position at the final window's start: measured at one point, a member that sat in
+    a flat region got a step too large for the rest of its typical set (a banana target: 27 of 128 baoab chains
+    that froze at 0.6-0.76 near its centre blew up in its arms after the warm-up, while it reported settled)."""
+    if not _spot_window(warm, step):
+        return
+    spots = warm.spots if warm.spots is not None else []
+    length = warm.ends[-2] - warm.ends[-3]
+    if len(spots) < N_SPOTS and step - warm.ends[-3] >= (len(spots) + 1) * length / (N_SPOTS + 1):
+        spots.append(warm.backup)  # (a fresh list of fresh tensors at every check: never changed in place)
+    warm.spots = spots
+
+
+@torch.no_grad()
+def _curvature_at_spots(warm: WarmUp, potential, batch, state, inverse_mass, transform, lam: Tensor,
+                        vector: list) -> Tensor:
+    """``lam`` raised, per member, to ``SPOT_SHARE`` times the largest curvature at the kept positions
+    (:func:`_keep_spot`), each measured on ``batch`` by a power iteration started from ``vector`` (so that it draws
+    no random numbers); a position where the curvature is not finite is passed over. The positions are restored
+    bit for bit."""
+    spots, warm.spots = warm.spots, None
+    if not spots:
+        return lam
+    here = [p.detach().clone() for p in state.position]
+    try:
+        for spot in spots:
+            for p, q in zip(state.position, spot):
+                p.copy_(q)
+            at = curvature(potential, batch, state.position, inverse_mass, state.layout, state.rng, n_iter=4,
+                           start_vector=vector, transform=transform)
+            at = SPOT_SHARE * at.to(lam.dtype)
+            lam = torch.maximum(lam, torch.where(torch.isfinite(at), at, torch.zeros_like(lam)))
+    finally:
+        for p, q in zip(state.position, here):
+            p.copy_(q)
+    return lam
 
 
 def _set_step_size(sampler, state, potential, batch) -> None:
@@ -412,7 +488,9 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         sampler.preconditioner_changed(state)
         return
     transform = sampler.prepare_step_size(state)
-    lam, rho = _measure(warm, potential, batch, state, pre.inverse_mass, transform)
+    lam, rho, vector = _measure(warm, potential, batch, state, pre.inverse_mass, transform)
+    if len(warm.ends) >= 3 and state.step == warm.ends[-2]:  # the step the warm-up freezes at: over the window
+        lam = _curvature_at_spots(warm, potential, batch, state, pre.inverse_mass, transform, lam, vector)
     lam = _typical_curvature(warm, potential, lam)
     warm.curvature, warm.noise_fraction = lam, rho
     new = sampler.warmup_step_size(lam.to(pre.step_size.dtype),
@@ -437,6 +515,14 @@ def _set_step_size(sampler, state, potential, batch) -> None:
     sampler.preconditioner_changed(state)
 
 
+#: a member whose potential rose above its fallback's by more than this many times the fallback's size plus ``D``
+#: times the temperature (twice the potential's typical excess over its minimum, ``D / 2`` at unit temperature) is
+#: diverging, with or without momenta: a kernel without them (SGLD) has no kinetic temperature to show it, and on a
+#: banana target its chains ran out to 1e145 through finite potentials, each such position becoming their fallback.
+#: A chain in equilibrium moves by about ``sqrt(D / 2)``, one descending from its start falls, and one tempered to
+#: a temperature ``T`` (tacthmc's tempering variable, up to 9 by default) rises by about ``(T - 1) D / 2``
+RISE = 100.0
+
 #: a member whose kinetic temperature averages above this multiple of its target over a guard interval, or ends it
 #: above it (or whose potential or position is not finite), is put back and its step size halved. A chain far from
 #: its typical set heats while its excess potential energy turns kinetic and the friction removes it (a few times
@@ -458,10 +544,11 @@ def guard(sampler, state, info, potential, batch) -> None:
         warm.pending = []
     warm.pending.append((_in_second_half(warm, state.step), info.potential.detach(),
                          None if t is None else t.detach()))
+    S = layout.n_members or 1
+    _confirm(warm, state, info, S)
     if state.step % warm.guard_every != 0 and state.step not in warm.ends:  # (checked before a window's update)
         return
     _take_interval(warm, target)
-    S = layout.n_members or 1
     # positions too: samplers that report the potential from before their move have not evaluated this one
     warm.bad = warm.bad | _per_member_reduce([p.detach() for p in state.position], layout,
                                              lambda x: ~torch.isfinite(x).all(dim=1)).reshape(-1)
@@ -475,6 +562,9 @@ def guard(sampler, state, info, potential, batch) -> None:
         warm.bad = (warm.bad | (mean > (GUARD_HEAT + 5.0 * spread) * target)
                     | (t > (GUARD_HEAT + 10.0 * spread) * target))
         warm_ok = _per_member(mean <= (BACKUP_HEAT + 2.0 * spread) * target, S)
+    u = info.potential.detach().reshape(-1)
+    if warm.backup_potential is not None and u.numel() == S:
+        warm.bad = warm.bad | _risen(warm, state, u.double())
     member_bad = _per_member(warm.bad, S)
     any_bad = warm.backup is not None and bool(member_bad.any())  # the one host synchronisation per interval
     if any_bad:
@@ -490,12 +580,47 @@ def guard(sampler, state, info, potential, batch) -> None:
     # fresh momenta for the restarted members; drawn at every check, so that no chain's stream depends on
     # whether another chain was restarted
     sampler.redraw_momenta(state, member_bad if any_bad else torch.zeros_like(member_bad))
-    # the new fallback: the members that ran cool over the interval (a chain on its way out may not be hot yet)
-    keep = member_bad | ~warm_ok
-    warm.backup = [torch.where(member_mask(keep, p, layout), b, p.detach()) for p, b in
-                   zip(state.position, warm.backup)]
+    # the new fallback: the members that ran cool over the interval (a chain on its way out may not be hot yet),
+    # once the next step has confirmed it (_confirm)
+    warm.candidate = [p.detach().clone() for p in state.position]
+    warm.candidate_members = ~(member_bad | ~warm_ok)
     warm.heat, warm.heat_count, warm.bad = None, 0, None
+    _keep_spot(warm, state.step)
     _weigh(warm, potential)  # (after the restarts: a member put back is weighed where it now is)
+
+
+def _confirm(warm: WarmUp, state, info, S: int) -> None:
+    """The step after a check: the positions it offered (``warm.candidate``) become the fallback of the members it
+    offered them for whose potential now is finite and has not risen far above their fallback's (``RISE``).
+
+    A kernel that reports the potential at the position it moved from (SGLD, SGHMC, SGNHT: one gradient per step,
+    taken before the move) shows a position's potential one step after reaching it: confirmed at once, a position
+    one step into a divergence became the fallback (measured on a banana target: an SGNHT chain's fallback at
+    (18.3, -0.7), potential 5.6e4, where the check saw the previous position's 28; every restart then went back
+    there and halved the step, to 1e-17 by the warm-up's end). For the others, a one-step-later look at the same
+    neighbourhood."""
+    candidate, members, warm.candidate, warm.candidate_members = warm.candidate, warm.candidate_members, None, None
+    if candidate is None:
+        return
+    u = info.potential.detach().reshape(-1).double()
+    if u.numel() == S:
+        ok = torch.isfinite(u)
+        if warm.backup_potential is not None:
+            ok = ok & ~_risen(warm, state, u)
+        members = members & ok
+    else:  # (a potential not per member: only the positions' finiteness is known)
+        u = None
+    members = members & ~_per_member_reduce(candidate, state.layout,
+                                            lambda x: ~torch.isfinite(x).all(dim=1)).reshape(-1)
+    warm.backup = [torch.where(member_mask(members, c, state.layout), c, b) for c, b in zip(candidate, warm.backup)]
+    if u is not None:
+        warm.backup_potential = u if warm.backup_potential is None else torch.where(members, u, warm.backup_potential)
+
+
+def _risen(warm: WarmUp, state, u: Tensor) -> Tensor:
+    """Per member, whether the potential ``u`` rose far above its fallback's (``RISE``)."""
+    excess = _coordinates(state) * max(warm.temperature, 1e-12)
+    return (u - warm.backup_potential) > RISE * (warm.backup_potential.abs() + excess)
 
 
 def _weigh(warm: WarmUp, potential) -> None:
