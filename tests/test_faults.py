@@ -793,6 +793,14 @@ def test_set_params_on_a_fitted_estimator_refuses_skorch_parts_and_loses_nothing
     np.testing.assert_array_equal(est.predict_proba(X[:5]), proba)
     quiet = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, random_state=0, callbacks__print_log=None)
     fit_recording(clone(quiet), X, y)
+    # the reviewer's: set_params(**get_params(deep=True)) listed skorch's dropped callbacks and, on a fitted
+    # estimator, passed module=None back, which re-initialised the module; callbacks="disable" failed to unpack
+    est.set_params(**est.get_params(deep=True))
+    np.testing.assert_array_equal(est.predict_proba(X[:5]), proba)
+    with pytest.raises(ValueError, match="does not use skorch's lr"):
+        est.set_params(lr=0.5)
+    np.testing.assert_array_equal(est.predict_proba(X[:5]), proba)
+    BayesianMLPClassifier((8,), callbacks="disable").set_params(callbacks__print_log=None)
 
 
 def test_skorch_callbacks_around_an_optimiser_are_refused(iris):

@@ -493,6 +493,33 @@ def test_banana_guards_have_power(monkeypatch):
     assert _banana_run("sgld")[2] < 1e-6
 
 
+def test_a_hot_sgld_is_not_taken_for_a_divergence():
+    """The reviewer's catch: the potential's rise was measured against the kinetic temperature's target, 1 for SGLD
+    whatever its own temperature, so chains of an SGLD at temperature 3000 on a 2-d Gaussian, in equilibrium at
+    the mode, were restarted (34 times) and froze at a quarter of their step. Power: at the target temperature,
+    the restarts come back."""
+    def run():
+        sampler = make_sampler("sgld", adaptation_steps=400, temperature=3000.0)
+        pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.zeros(8, 2, dtype=torch.float64)])
+        state = sampler.init(pot.parameters, 0, n_chains=8)
+        for _ in range(400):
+            state, _ = sampler.step(state, pot, None)
+        return state.warmup_report["restarts"]
+
+    assert run() == 0
+    import bayesnet.samplers.base as base_module
+    original = base_module.Sampler._initial_warmup
+
+    def at_target(self):
+        warm = original(self)
+        warm.potential_temperature = 1.0
+        return warm
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(base_module.Sampler, "_initial_warmup", at_target)
+        assert run() > 5
+
+
 def test_members_frozen_at_a_vanishing_step_have_not_settled(monkeypatch):
     """Members frozen at a vanishing step have not settled: SGLD on the banana without the potential's rise check
     (the fallback of two chains is a position far out in the tail; every restart there halves the step, to about

@@ -214,8 +214,23 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         ``fit``/``partial_fit`` (skorch would re-initialise a fitted net's module for the latter two, losing its
         chains and draws). skorch's ``module__*``, ``optimizer__*``, ``criterion__*``, ``iterator_valid__*`` and
         ``dataset__*`` are refused before anything changes (skorch would re-initialise a fitted net's module for
-        them, and the estimator has none of these parts), as is a ``callbacks__<name>`` for a callback it does not
-        have (``callbacks__print_log=None`` is accepted: the estimator prints no epoch log anyway)."""
+        them, and the estimator has none of these parts), as are skorch's ``lr``, ``optimizer``, ``module``, ... set
+        to another value than they hold (unchanged, as in ``set_params(**get_params())``, they are passed over).
+        A ``callbacks__<name>`` for a callback the estimator
+        does not have is refused too, as skorch's callback settings are applied, after the other parameters
+        (``callbacks__print_log=None`` is accepted: the estimator prints no epoch log anyway)."""
+        # skorch's own options the estimator has no use for: unchanged (set_params(**get_params()), whose module=None
+        # re-initialised a fitted net's module to None), nothing to do; another value, refused as fit refuses it
+        # (also skorch's dataset and iterators: skorch re-initialises a fitted net for them, or fails)
+        skorch_parts = set(self._UNUSED_SKORCH) | set(self.prefixes_)
+        params = {k: v for k, v in params.items()
+                  if not (k in skorch_parts and v is getattr(self, k, self._UNUSED_SKORCH.get(k)))}
+        unused = sorted(k for k in params if k in self._UNUSED_SKORCH)
+        if unused:
+            raise ValueError(f"{type(self).__name__} does not use skorch's {', '.join(unused)}: it has no optimiser, "
+                             "loss or validation split (its sampler moves the weights under the likelihood), and "
+                             "builds its own network, data set and predictions. Leave it unset; the sampler's "
+                             "settings are sampler__*.")
         prefixed = sorted(k for k in params if k.startswith(self._UNUSED_SKORCH_PREFIXES))
         if prefixed:
             raise ValueError(f"{type(self).__name__} does not use skorch's {', '.join(prefixed)}: it has no "
@@ -264,10 +279,17 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             raise ValueError(f"{type(self).__name__} has no callback named {head!r} (its callbacks: "
                              f"{', '.join(sorted(names)) or 'none'}); skorch's valid_loss, print_log and train_loss "
                              "are left out, since it records no losses.")
+        if not params:  # (skorch's own method fails on an empty callbacks_, e.g. callbacks="disable")
+            return self
         return super()._set_params_callback(**params)
 
+    @property
+    def _default_callbacks(self):
+        # skorch's get_params(deep=True) lists these: without the dropped ones, set_params(**get_params()) round-trips
+        return [cb for cb in super()._default_callbacks if cb[0] not in self._DROPPED_CALLBACKS]
+
     def get_default_callbacks(self):
-        keep = [cb for cb in super().get_default_callbacks() if cb[0] not in self._DROPPED_CALLBACKS]
+        keep = list(super().get_default_callbacks())
         callbacks = keep + [("divergence", DivergenceMonitor()), ("draw_quota", DrawQuota())]
         if self.verbose:
             callbacks.append(("progress_bar", SamplingProgressBar()))

@@ -223,6 +223,7 @@ class WarmUp:
     window_restarts: int = 0
     restarted: Tensor | None = None  # per member: restarted in the current window
     temperature: float = 1.0  # the sampler's target temperature (the potential's equilibrium spread)
+    potential_temperature: float = 1.0  # the temperature the potential is sampled at (the sampler's ``temperature``)
     n_hot: int = 0  # windows (per member) that ran hot
     recent: list = field(default_factory=list)  # the last mini-batches seen (references, not copies)
     window_start: int = 0
@@ -440,8 +441,8 @@ def _spot_window(warm: WarmUp, step: int) -> bool:
 
 def _keep_spot(warm: WarmUp, step: int) -> None:
     """At a guard check in the window before the final one, keep the fallback positions (each member's last cool
-    position) at ``N_SPOTS`` points spread evenly over the window. The frozen step size is set from the largest
-    curvature over these and the position at the final window's start: measured at one point, a member that sat in
+    position) at ``N_SPOTS`` points spread evenly over the window. The frozen step size allows for ``SPOT_SHARE``
+    of the largest curvature over these, besides the curvature at the final window's start: measured at one point, a member that sat in
     a flat region got a step too large for the rest of its typical set (a banana target: 27 of 128 baoab chains
     that froze at 0.6-0.76 near its centre blew up in its arms after the warm-up, while it reported settled)."""
     if not _spot_window(warm, step):
@@ -598,7 +599,8 @@ def _confirm(warm: WarmUp, state, info, S: int) -> None:
     one step into a divergence became the fallback (measured on a banana target: an SGNHT chain's fallback at
     (18.3, -0.7), potential 5.6e4, where the check saw the previous position's 28; every restart then went back
     there and halved the step, to 1e-17 by the warm-up's end). For the others, a one-step-later look at the same
-    neighbourhood."""
+    neighbourhood. (A Gibbs step of the prior or a scale move at the start of that step changes the precisions
+    or rescales the layers first: then it is the potential near the position, which serves the same purpose.)"""
     candidate, members, warm.candidate, warm.candidate_members = warm.candidate, warm.candidate_members, None, None
     if candidate is None:
         return
@@ -614,12 +616,13 @@ def _confirm(warm: WarmUp, state, info, S: int) -> None:
                                             lambda x: ~torch.isfinite(x).all(dim=1)).reshape(-1)
     warm.backup = [torch.where(member_mask(members, c, state.layout), c, b) for c, b in zip(candidate, warm.backup)]
     if u is not None:
-        warm.backup_potential = u if warm.backup_potential is None else torch.where(members, u, warm.backup_potential)
+        before = torch.full_like(u, math.inf) if warm.backup_potential is None else warm.backup_potential
+        warm.backup_potential = torch.where(members, u, before)  # (a member confirmed here has a finite u)
 
 
 def _risen(warm: WarmUp, state, u: Tensor) -> Tensor:
     """Per member, whether the potential ``u`` rose far above its fallback's (``RISE``)."""
-    excess = _coordinates(state) * max(warm.temperature, 1e-12)
+    excess = _coordinates(state) * max(warm.potential_temperature, warm.temperature)
     return (u - warm.backup_potential) > RISE * (warm.backup_potential.abs() + excess)
 
 
