@@ -167,15 +167,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         for key, default in self._UNUSED_SKORCH.items():
             value = getattr(self, key, default)
             if value is not default and not (isinstance(default, (str, float)) and value == default):
-                raise ValueError(f"{name} does not use skorch's {key}={value!r}: it has no optimiser, loss or "
-                                 "validation split (its sampler moves the weights under the likelihood), and builds "
-                                 "its own network, data set and predictions. Leave it unset; the sampler's settings "
-                                 "are sampler__*.")
+                raise self._unused_skorch_error(f"{key}={value!r}")
         prefixed = sorted(k for k in vars(self) if k.startswith(self._UNUSED_SKORCH_PREFIXES))
         if prefixed:
-            raise ValueError(f"{name} does not use skorch's {', '.join(prefixed)}: it has no optimiser, loss or "
-                             "validation split, and builds its own network and data set. The sampler's settings are "
-                             "sampler__*.")
+            raise self._unused_skorch_error(", ".join(prefixed))
         for entry in self.callbacks or ():
             callback = entry[1] if isinstance(entry, tuple) else entry
             kind = callback if isinstance(callback, type) else type(callback)
@@ -184,6 +179,12 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                  f"or gradients, or on the per-epoch losses and scores skorch records; {name} has "
                                  "none of these (its sampler moves the weights; the per-step figures are in "
                                  "step_stats_ and the draws in trace_).")
+
+    def _unused_skorch_error(self, what: str) -> ValueError:
+        """The error for skorch options (``what``, as the user gave them) that this estimator has no use for."""
+        return ValueError(f"{type(self).__name__} does not use skorch's {what}: it has no optimiser, loss or "
+                          "validation split (its sampler moves the weights under the likelihood), and builds its own "
+                          "network, data set and predictions. Leave it unset; the sampler's settings are sampler__*.")
 
     def _validate_params(self):
         """skorch's check of unknown arguments, with a hint when one is a sampler hyperparameter given without
@@ -225,17 +226,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         skorch_parts = set(self._UNUSED_SKORCH) | set(self.prefixes_)
         params = {k: v for k, v in params.items()
                   if not (k in skorch_parts and v is getattr(self, k, self._UNUSED_SKORCH.get(k)))}
-        unused = sorted(k for k in params if k in self._UNUSED_SKORCH)
-        if unused:
-            raise ValueError(f"{type(self).__name__} does not use skorch's {', '.join(unused)}: it has no optimiser, "
-                             "loss or validation split (its sampler moves the weights under the likelihood), and "
-                             "builds its own network, data set and predictions. Leave it unset; the sampler's "
-                             "settings are sampler__*.")
-        prefixed = sorted(k for k in params if k.startswith(self._UNUSED_SKORCH_PREFIXES))
-        if prefixed:
-            raise ValueError(f"{type(self).__name__} does not use skorch's {', '.join(prefixed)}: it has no "
-                             "optimiser, loss or validation split, and builds its own network and data set. The "
-                             "sampler's settings are sampler__*.")
+        refused = sorted(k for k in params
+                         if k in self._UNUSED_SKORCH or k.startswith(self._UNUSED_SKORCH_PREFIXES))
+        if refused:
+            raise self._unused_skorch_error(", ".join(refused))
         deferred = {k: v for k, v in params.items()
                     if k in ("sampler", "compile") or k.startswith(("sampler__", "compile__"))}
         for key, val in deferred.items():
@@ -289,8 +283,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         return [cb for cb in super()._default_callbacks if cb[0] not in self._DROPPED_CALLBACKS]
 
     def get_default_callbacks(self):
-        keep = list(super().get_default_callbacks())
-        callbacks = keep + [("divergence", DivergenceMonitor()), ("draw_quota", DrawQuota())]
+        callbacks = list(super().get_default_callbacks()) + [("divergence", DivergenceMonitor()),
+                                                              ("draw_quota", DrawQuota())]
         if self.verbose:
             callbacks.append(("progress_bar", SamplingProgressBar()))
         return callbacks

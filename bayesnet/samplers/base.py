@@ -519,12 +519,10 @@ class Sampler(BaseEstimator):
         adapt_step = getattr(self, "step_size", None) == "auto"
         if n <= 0 or not (adapt_step or mode is not None):
             return None
-        # the potential's own temperature (SGLD has one without a target for the kinetic temperature)
-        temperature = getattr(self, "temperature", None)
-        temperature = float(temperature) if isinstance(temperature, (int, float)) and temperature > 0 else 1.0
+        # (the temperature the positions are sampled at, not the kinetic target: SGLD has one without the other)
         return WarmUp(n_steps=n, ends=_warmup.windows(n), adapt_mass=mode is not None, adapt_step=adapt_step,
                       layerwise=mode == "layer", first_only=self.warmup_first_gradient_only,
-                      temperature=self.target_temperature() or 1.0, potential_temperature=temperature)
+                      temperature=self.temperature_range()[0])
 
     # ------------------------------------------------------------------ #
     # the kernel

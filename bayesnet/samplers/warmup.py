@@ -222,8 +222,7 @@ class WarmUp:
     n_restarts: int = 0
     window_restarts: int = 0
     restarted: Tensor | None = None  # per member: restarted in the current window
-    temperature: float = 1.0  # the sampler's target temperature (the potential's equilibrium spread)
-    potential_temperature: float = 1.0  # the temperature the potential is sampled at (the sampler's ``temperature``)
+    temperature: float = 1.0  # the sampler's temperature (its lowest; the potential's equilibrium spread)
     n_hot: int = 0  # windows (per member) that ran hot
     recent: list = field(default_factory=list)  # the last mini-batches seen (references, not copies)
     window_start: int = 0
@@ -432,20 +431,14 @@ N_SPOTS = 12
 SPOT_SHARE = 0.5
 
 
-def _spot_window(warm: WarmUp, step: int) -> bool:
-    """Whether ``step`` lies in the window that ends where the final window starts (its positions are kept)."""
-    if len(warm.ends) < 3:
-        return False
-    return warm.ends[-3] < step < warm.ends[-2]
-
-
 def _keep_spot(warm: WarmUp, step: int) -> None:
     """At a guard check in the window before the final one, keep the fallback positions (each member's last cool
-    position) at ``N_SPOTS`` points spread evenly over the window. The frozen step size allows for ``SPOT_SHARE``
-    of the largest curvature over these, besides the curvature at the final window's start: measured at one point, a member that sat in
-    a flat region got a step too large for the rest of its typical set (a banana target: 27 of 128 baoab chains
-    that froze at 0.6-0.76 near its centre blew up in its arms after the warm-up, while it reported settled)."""
-    if not _spot_window(warm, step):
+    position) at ``N_SPOTS`` points spread evenly over the window (when the step size is adapted: nothing reads
+    them otherwise). The frozen step size allows for ``SPOT_SHARE`` of the largest curvature over these, besides
+    the curvature at the final window's start: measured at one point, a member that sat in a flat region got a
+    step too large for the rest of its typical set (a banana target: 27 of 128 baoab chains that froze at
+    0.6-0.76 near its centre blew up in its arms after the warm-up, while it reported settled)."""
+    if not warm.adapt_step or len(warm.ends) < 3 or not warm.ends[-3] < step < warm.ends[-2]:
         return
     spots = warm.spots if warm.spots is not None else []
     length = warm.ends[-2] - warm.ends[-3]
@@ -490,8 +483,8 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         return
     transform = sampler.prepare_step_size(state)
     lam, rho, vector = _measure(warm, potential, batch, state, pre.inverse_mass, transform)
-    if len(warm.ends) >= 3 and state.step == warm.ends[-2]:  # the step the warm-up freezes at: over the window
-        lam = _curvature_at_spots(warm, potential, batch, state, pre.inverse_mass, transform, lam, vector)
+    # the step the warm-up freezes at (the final window's start, the first measurement after positions were kept)
+    lam = _curvature_at_spots(warm, potential, batch, state, pre.inverse_mass, transform, lam, vector)
     lam = _typical_curvature(warm, potential, lam)
     warm.curvature, warm.noise_fraction = lam, rho
     new = sampler.warmup_step_size(lam.to(pre.step_size.dtype),
@@ -584,7 +577,7 @@ def guard(sampler, state, info, potential, batch) -> None:
     # the new fallback: the members that ran cool over the interval (a chain on its way out may not be hot yet),
     # once the next step has confirmed it (_confirm)
     warm.candidate = [p.detach().clone() for p in state.position]
-    warm.candidate_members = ~(member_bad | ~warm_ok)
+    warm.candidate_members = warm_ok & ~member_bad
     warm.heat, warm.heat_count, warm.bad = None, 0, None
     _keep_spot(warm, state.step)
     _weigh(warm, potential)  # (after the restarts: a member put back is weighed where it now is)
@@ -604,25 +597,22 @@ def _confirm(warm: WarmUp, state, info, S: int) -> None:
     candidate, members, warm.candidate, warm.candidate_members = warm.candidate, warm.candidate_members, None, None
     if candidate is None:
         return
+    # (the offered positions are finite: a member whose position was not is restarted by the check, not offered)
     u = info.potential.detach().reshape(-1).double()
-    if u.numel() == S:
-        ok = torch.isfinite(u)
+    per_member = u.numel() == S  # (else a potential not per member: nothing to confirm the positions by)
+    if per_member:
+        members = members & torch.isfinite(u)
         if warm.backup_potential is not None:
-            ok = ok & ~_risen(warm, state, u)
-        members = members & ok
-    else:  # (a potential not per member: only the positions' finiteness is known)
-        u = None
-    members = members & ~_per_member_reduce(candidate, state.layout,
-                                            lambda x: ~torch.isfinite(x).all(dim=1)).reshape(-1)
+            members = members & ~_risen(warm, state, u)
     warm.backup = [torch.where(member_mask(members, c, state.layout), c, b) for c, b in zip(candidate, warm.backup)]
-    if u is not None:
+    if per_member:
         before = torch.full_like(u, math.inf) if warm.backup_potential is None else warm.backup_potential
         warm.backup_potential = torch.where(members, u, before)  # (a member confirmed here has a finite u)
 
 
 def _risen(warm: WarmUp, state, u: Tensor) -> Tensor:
     """Per member, whether the potential ``u`` rose far above its fallback's (``RISE``)."""
-    excess = _coordinates(state) * max(warm.potential_temperature, warm.temperature)
+    excess = _coordinates(state) * warm.temperature
     return (u - warm.backup_potential) > RISE * (warm.backup_potential.abs() + excess)
 
 
