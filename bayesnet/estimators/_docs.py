@@ -133,7 +133,7 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         transitions of about ``n_leapfrog`` leapfrog steps, each saving
         2-3 ms on a small MLP, so "auto" is conservative there and
         True compiles shorter hmc runs that repay it); on a GPU "auto"
-        compiles runs of at least 25,000 steps after the warm-up, with CUDA
+        compiles runs of at least 100,000 steps after the warm-up, with CUDA
         graphs (``mode="reduce-overhead"``, which removes the launch time
         that dominates a small network's step there, unless
         ``compile__mode``, ``compile__options`` or ``compile__backend``
@@ -232,7 +232,7 @@ ATTRIBUTES_DOC = """
         ``temperature`` at equilibrium, below it while the positions have
         not reached their typical set; not measured on the compiled path,
         which ``compile="auto"`` takes for runs of 50,000 steps or more
-        after the warm-up, 25,000 on a GPU), ``thermostat`` (sgnht),
+        after the warm-up, 100,000 on a GPU), ``thermostat`` (sgnht),
         ``acceptance_rate`` and ``n_divergent`` (hmc), ``n_steps``, and
         ``max_rhat``/``min_ess_bulk`` over ``convergence_`` (function-space
         quantities only); pt-langevin adds

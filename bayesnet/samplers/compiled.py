@@ -68,9 +68,13 @@ COMPILE_MIN_STEPS = 50_000
 #: second machine; 16,000 steps after the warm-up): 27.0-28.6 s eager, 31.6 s with graphs compiled from a cold cache,
 #: 17.5 s when the compilation was cached. The graphs save about 0.7 ms a step (11.1 s over the 16,000), and the cold
 #: compilation and setup cost about 15 s (11.7 s of it compiling): repaid after about 22,000 steps, rounded up here
-#: (a cached compilation, as in a second fit of a grid search in the same process, repays at once). The threshold
-#: is the cold case's, so that "auto" never makes a fit much slower.
-COMPILE_MIN_STEPS_CUDA = 25_000
+#: (a cached compilation, as in a second fit of a grid search in the same process, repays at once). On an H100
+#: (the seventh lease, 2026-11-27; ``benchmarks/compile_auto.py --device cuda``, 26,000 steps after a warm-up of
+#: 2,200) the same fit took 47.1-47.3 s eager, 63.1 s with graphs compiled cold (18.0 s compiling) and 41.2 s
+#: cached: the graphs saved only 0.23 ms a step there, and the cold compilation and setup (21.9 s) repaid after
+#: about 95,000 steps; at the threshold of 25,000 then in force, "auto" made that fit a third slower. The
+#: threshold is the slower machine's cold case, rounded up, so that "auto" does not make a fit slower.
+COMPILE_MIN_STEPS_CUDA = 100_000
 
 
 def potential_gradients(potentials):
