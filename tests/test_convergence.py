@@ -97,6 +97,21 @@ def test_too_few_effective_draws_warn(iris):
     assert low and f"only {ess:.1f} effective draws" in low[0]
 
 
+def test_too_few_draws_to_check_warn(iris):
+    """Below 8 draws per chain nothing is checked (convergence_ is empty): the fit says so instead of passing in
+    silence (before: n_draws=1 or 4 chains of 5 draws, 'complete' and no warning). Power: from 8 draws per chain on
+    the checks run and this warning is gone."""
+    for n_draws, n_chains in ((1, 1), (5, 2)):
+        est, messages = _fit(iris, burn_in=300, n_draws=n_draws, n_chains=n_chains)
+        assert est.convergence_ == {} and est.fit_status_["status"] == "complete"
+        few = [m for m in messages if "too few to check convergence" in m]
+        assert len(few) == 1 and f"only {n_draws} draw" in few[0] and f"n_draws (now {n_draws})" in few[0]
+        assert f"average {n_draws * n_chains} draw" in few[0]
+    est, messages = _fit(iris, burn_in=300, n_draws=8, n_chains=2)
+    assert "log_likelihood" in est.convergence_
+    assert not [m for m in messages if "too few to check convergence" in m]
+
+
 def test_the_warnings_point_at_the_callers_line(iris):
     """The ConvergenceWarning's location is the user's ``fit`` call, through a Pipeline (scikit-learn's frames) and
     skorch's as well as directly: the frames of bayesnet, skorch and scikit-learn are skipped."""

@@ -598,7 +598,7 @@ def convergence(net) -> dict:
     if trace is None or len(trace) == 0 or getattr(net, "check_rows_", None) is None:
         return {}
     full, n = trace.common_slots(active_only=True)
-    if n < 8:
+    if n < MIN_CHECKED_DRAWS:
         return {}
     out = {}
     ll = pointwise_log_likelihood(net)
@@ -776,7 +776,19 @@ def convergence_messages(net, state) -> list[str]:
                       "more draws per mode need more n_draws or thinning (now "
                       f"{net.n_draws}, {net.trace_.thinning})." if modes else fix))
     out += _temperature_messages(net, state)
+    _, per_chain = net.trace_.common_slots(active_only=True)
+    if 0 < per_chain < MIN_CHECKED_DRAWS and net.fit_status_["status"] != "short":  # (a short run says so itself)
+        out.append(f"only {per_chain} draw{'s' if per_chain > 1 else ''} per chain {'were' if per_chain > 1 else 'was'}"
+                   f" kept: too few to check convergence (split R-hat and the effective sample size need at least "
+                   f"{MIN_CHECKED_DRAWS} per chain), so nothing says whether the draws come from the posterior, and "
+                   f"the predictions average {len(net.trace_)} draw{'s' if len(net.trace_) > 1 else ''} in all. "
+                   f"Increase n_draws (now {net.n_draws}).")
     return out
+
+
+#: the fewest draws per chain that the function-space checks (split R-hat, bulk and tail ESS) read; a run with fewer
+#: warns that it was not checked
+MIN_CHECKED_DRAWS = 8
 
 
 #: chains are named as sitting in separate modes only when they disagree this clearly (pooled split R-hat)
