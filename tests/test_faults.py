@@ -22,6 +22,7 @@ import os
 import pickle
 import re
 import signal
+import tempfile
 import warnings
 
 import numpy as np
@@ -524,6 +525,32 @@ def test_a_target_near_float64s_limit_is_standardised_without_overflow(iris):
         warnings.simplefilter("ignore", ConvergenceWarning)
         extreme = BayesianMLPRegressor(**kw).fit(X[:, :3], y)
     assert np.isfinite(extreme.predict(X[:, :3])).all()
+
+
+def test_inputs_near_float64s_limit_are_standardised_and_beyond_float32_refused(iris):
+    """Before: inputs of 1e300 overflowed X.std() (its squares): input_scale_ inf, every prediction one constant,
+    and save wrote a file that load refused. Now the same fit as on the ordinary inputs, and it saves and loads.
+    Inputs beyond float32's range that the network would see as inf (standardize_inputs=False at fit; at predict,
+    rows 1e39 training sds out) are a ValueError naming the range, not a divergence or a NaN prediction."""
+    import bayesnet
+
+    X, _ = iris
+    X, y = X[:, :3].astype(np.float64), X[:, 3]
+    kw = dict(hidden_layer_sizes=(4,), n_draws=5, burn_in=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ordinary = BayesianMLPRegressor(**kw).fit(X, y)
+        huge = BayesianMLPRegressor(**kw).fit(X * 1e300, y)
+    assert np.isfinite(huge.input_scale_).all()
+    np.testing.assert_allclose(huge.input_scale_ / 1e300, ordinary.input_scale_, rtol=1e-12)
+    np.testing.assert_allclose(huge.predict(X * 1e300), ordinary.predict(X), rtol=1e-5, atol=1e-6)
+    with tempfile.TemporaryDirectory() as tmp:
+        bayesnet.save(huge, f"{tmp}/huge.bayesnet")
+        np.testing.assert_array_equal(bayesnet.load(f"{tmp}/huge.bayesnet").predict(X * 1e300), huge.predict(X * 1e300))
+    with pytest.raises(ValueError, match="beyond float32's range.*standardize_inputs=False"):
+        BayesianMLPRegressor(**kw, standardize_inputs=False).fit(X * 1e39, y)
+    with pytest.raises(ValueError, match="beyond float32's range.*standardised by the training mean"):
+        ordinary.predict(X * 1e39)
 
 
 def test_rows_with_no_finite_draw_raise_instead_of_becoming_a_class(small_fits, iris):

@@ -34,6 +34,7 @@ from ..samplers import (DEFAULT_SAMPLER, DivergenceError, Sampler, available_sam
                         sampler_class)
 from . import run
 from .callbacks import DivergenceMonitor, DrawQuota, SamplingProgressBar
+from .scaling import moments, standardise
 from .parallel import fit_groups, n_groups
 from .results import ResultsMixin
 
@@ -344,21 +345,28 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         StandardScaler in front would; a constant feature is only centred. Features are the columns of tabular
         input, the channels of an image or signal, the per-step features of a sequence."""
         axis = self._input_feature_axis % X.ndim
+        shape = [1] * X.ndim
+        shape[axis] = -1
         if reset:
             self.input_mean_ = self.input_scale_ = None
-            if self.standardize_inputs:
-                others = tuple(i for i in range(X.ndim) if i != axis)
-                self.input_mean_ = X.mean(axis=others, dtype=np.float64)
-                scale = X.std(axis=others, dtype=np.float64)
+            if self.standardize_inputs:  # (overflow-safe: before, inputs of 1e300 gave an infinite scale, a
+                # constant model and a model file that load refused)
+                mean, scale = moments(X, tuple(i for i in range(X.ndim) if i != axis))
+                self.input_mean_ = mean
                 self.input_scale_ = np.where(scale > 0, scale, 1.0)
         mean, scale = getattr(self, "input_mean_", None), getattr(self, "input_scale_", None)
         if mean is None:
-            return X.astype(np.float32, copy=False)
-        shape = [1] * X.ndim
-        shape[axis] = -1
-        out = X - mean.reshape(shape)  # float64: one temporary, divided in place
-        out /= scale.reshape(shape)
-        return out.astype(np.float32, copy=False)
+            out = X.astype(np.float32, copy=False)
+        else:
+            with np.errstate(over="ignore"):
+                out = standardise(X, mean.reshape(shape), scale.reshape(shape)).astype(np.float32, copy=False)
+        if not np.isfinite(out).all():  # (X itself is finite: validated)
+            where = ("standardised by the training mean and standard deviation" if mean is not None else
+                     "as given (standardize_inputs=False)")
+            raise ValueError(f"X has values beyond float32's range (about 3.4e38) {where}: the network computes in "
+                             "float32." + ("" if mean is not None else " Set standardize_inputs=True, or scale "
+                                           "the inputs."))
+        return out
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         """Bring validated input to the network's layout ``(n, *input_shape_)``, recording the per-sample shape

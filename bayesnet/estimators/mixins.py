@@ -12,6 +12,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from ..likelihoods import CategoricalLikelihood, GaussianLikelihood
+from .scaling import moments, standardise
 
 __all__ = ["BayesianClassifierMixin", "BayesianRegressorMixin"]
 
@@ -142,22 +143,11 @@ class BayesianRegressorMixin(RegressorMixin):
         y2 = y.reshape(len(y), -1)
         if reset:
             self.n_outputs_ = y2.shape[1]
-            with np.errstate(over="ignore", invalid="ignore"):
-                self.y_mean_, scale = y2.mean(axis=0), y2.std(axis=0)
-            if not (np.isfinite(self.y_mean_).all() and np.isfinite(scale).all()):
-                # finite targets near float64's limit (|y| ~ 1e154 and up): the squares overflow. The same
-                # moments of y over its largest magnitude, scaled back
-                top = np.abs(y2).max(axis=0)
-                top = np.where(top > 0, top, 1.0)
-                self.y_mean_, scale = (y2 / top).mean(axis=0) * top, (y2 / top).std(axis=0) * top
+            self.y_mean_, scale = moments(y2, 0)  # (overflow-safe: targets near float64's limit)
             self.y_scale_ = np.where(scale > 0, scale, 1.0)
         elif y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} columns, but the model was fitted with {self.n_outputs_}.")
-        with np.errstate(over="ignore", invalid="ignore"):
-            z = (y2 - self.y_mean_) / self.y_scale_
-        if not np.isfinite(z).all():  # (y and its mean of opposite signs near the limit: the difference overflows)
-            z = y2 / self.y_scale_ - self.y_mean_ / self.y_scale_
-        return z.astype(np.float32)
+        return standardise(y2, self.y_mean_, self.y_scale_).astype(np.float32)
 
     def _build_likelihood(self):
         return GaussianLikelihood(self.n_outputs_, noise_shape=self.noise_shape, noise_scale=self.noise_scale)

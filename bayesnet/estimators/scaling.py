@@ -1,0 +1,32 @@
+"""Standardising inputs and targets without overflow: finite values near float64's limit (about 1e154 and up) have
+squares, and values of opposite signs differences, that overflow, which made a scale infinite and a model constant."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def moments(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and standard deviation of ``a`` over ``axis`` (an int or a tuple), in float64. Where they overflow,
+    the same moments of ``a`` divided by its largest magnitude, scaled back."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, std = a.mean(axis=axis, dtype=np.float64), a.std(axis=axis, dtype=np.float64)
+    if np.isfinite(mean).all() and np.isfinite(std).all():
+        return mean, std
+    top = np.abs(a).max(axis=axis, keepdims=True).astype(np.float64)
+    top = np.where(top > 0, top, 1.0)
+    unit = a / top
+    top = np.squeeze(top, axis=axis)
+    return unit.mean(axis=axis) * top, unit.std(axis=axis) * top
+
+
+def standardise(a: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(a - mean) / scale`` in float64 (``mean`` and ``scale`` broadcast against ``a``), one temporary divided in
+    place; where the difference overflows (``a`` and ``mean`` of opposite signs near the limit), ``a / scale -
+    mean / scale``. Values far outside the scale may still be infinite: the caller checks."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = a - mean
+        z /= scale
+        if not np.isfinite(z).all():
+            z = a / scale - mean / scale
+    return z
