@@ -302,6 +302,13 @@ def test_cnn_predicts_on_samples_flat_or_in_its_layout(digits):
     # signals of one sample axis of length 1 (the reviewer's catch: flattened ones went to the 2-D default layout)
     columns = BayesianCNNClassifier(**SMALL_CNN, **SHORT).fit(Xtr[:200, :8, None], ytr[:200])
     np.testing.assert_array_equal(columns.predict_proba(Xte[:5, :8]), columns.predict_proba(Xte[:5, :8, None]))
+    # samples of another layout name both shapes (before: "X has 1 features, but ... is expecting 64"), and an
+    # input_shape set after fit applies at the next fit, not to predict (before: the same message on the
+    # training rows themselves). (Found by a helper's user test.)
+    with pytest.raises(ValueError, match=r"samples of shape \(1, 64\), but .* fitted with samples of shape \(1, 8, 8\)"):
+        flat.predict(Xte[:5].reshape(-1, 1, 64))
+    before = flat.predict_proba(Xte[:5])
+    np.testing.assert_array_equal(flat.set_params(input_shape=(2, 32)).predict_proba(Xte[:5]), before)
 
 
 def test_empty_sample_axes_are_refused():

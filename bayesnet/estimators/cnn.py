@@ -74,7 +74,12 @@ class _CNNNet(BayesianNeuralNet):
     }
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
-        shape = None if self.input_shape is None else _check_shape(self.input_shape)
+        # a fitted estimator reads X in the layout fit recorded (input_shape_), as scikit-learn's estimators use
+        # their fitted state: an input_shape set since then applies at the next fit (before: predict on the
+        # training X failed with "X has 1 features, but ... is expecting 16")
+        fitted = None if reset else getattr(self, "input_shape_", None)
+        shape = (tuple(fitted) if fitted is not None else
+                 None if self.input_shape is None else _check_shape(self.input_shape))
         if X.ndim == 2:
             if shape is None:
                 X = X[:, None, :]  # one-channel signals
@@ -102,13 +107,15 @@ class _CNNNet(BayesianNeuralNet):
             return X
         fitted = tuple(fitted)
         if len(shape) > 2:
-            if tuple(shape[1:]) == fitted and shape[1] != n_in:  # fitted on flattened samples
+            if tuple(shape[1:]) != fitted:  # (before: "X has 1 features, but ... is expecting 16" for (n, 1, 16))
+                raise ValueError(f"X has samples of shape {tuple(shape[1:])}, but {type(self).__name__} was fitted "
+                                 f"with samples of shape {fitted}.")
+            if shape[1] != n_in:  # fitted on flattened samples
                 return np.asarray(X).reshape(len(X), -1)
             return X
-        # 2-D: as fit saw it when _shape_input reads it back into the fitted layout (by input_shape, or as
-        # one-channel signals); else the flattened samples of a fit in the network's layout
-        read_as = tuple(self.input_shape) if self.input_shape is not None else (1, shape[1])
-        if shape[1] == n_in and read_as == fitted:
+        # 2-D: as fit saw it when fit saw flattened samples (_shape_input reads them back into the fitted layout);
+        # else the flattened samples of a fit in the network's layout
+        if shape[1] == n_in and n_in == math.prod(fitted):
             return X
         if shape[1] == math.prod(fitted):
             return np.asarray(X).reshape(len(X), *fitted)
