@@ -909,7 +909,7 @@ BAD_FITS = [
     ("prior scale NaN", BayesianMLPClassifier, dict(prior_scale=np.nan), None, ValueError,
      "prior scale must be a finite number > 0, got nan"),
     ("negative noise scale", BayesianMLPRegressor, dict(noise_scale=-1.0), None, ValueError,
-     "noise_scale must be a finite number > 0"),
+     r"'noise_scale' parameter of BayesianMLPRegressor must be a float in the range \(0.0, inf\). Got -1.0"),
     ("fractional n_draws", BayesianMLPClassifier, dict(n_draws=2.5), None, ValueError,
      r"'n_draws' parameter of BayesianMLPClassifier must be an int in the range \[1, inf\)"),
     ("random_state a string", BayesianMLPClassifier, dict(random_state="abc"), None, ValueError,
@@ -1028,10 +1028,14 @@ def test_a_refused_refit_keeps_a_regressors_draws(bad):
     np.testing.assert_array_equal(est.predict(X), expected)
 
 
-def test_a_nan_noise_scale_is_refused_by_name():
+@pytest.mark.parametrize("name", ["noise_scale", "noise_shape"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "nan", None, 0.0])
+def test_a_bad_noise_setting_is_refused_by_name(name, value):
+    """Validated with the other parameters (before: a string or None was a bare TypeError naming nothing, "must be
+    real number, not str", also through the command line's --set noise_shape=inf)."""
     X, y = make_regression(n_samples=100, n_features=3, random_state=0)
-    with pytest.raises(ValueError, match="noise_scale"):
-        BayesianMLPRegressor((4,), n_draws=5, burn_in=20, noise_scale=float("nan"), random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match=rf"'{name}' parameter of BayesianMLPRegressor must be a float"):
+        BayesianMLPRegressor((4,), n_draws=5, burn_in=20, random_state=0, **{name: value}).fit(X, y)
 
 
 def test_a_string_target_for_a_regressor_names_y():

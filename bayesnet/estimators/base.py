@@ -131,12 +131,15 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         tags.input_tags.allow_nan = False
         return tags
 
+    #: the constraints of the parameters a head (a regressor's noise prior) adds to the architecture's
+    _head_constraints: dict = {}
+
     def _get_param_names(self):
         # skorch lists every public attribute; keep private ones out of get_params.
         return [k for k in super()._get_param_names() if not k.startswith("_")]
 
     def _validate_hyperparameters(self) -> None:
-        constraints = dict(self._parameter_constraints)
+        constraints = {**self._parameter_constraints, **self._head_constraints}
         constraints["sampler"] = [StrOptions(set(available_samplers())), Sampler, type]
         params = {k: getattr(self, k) for k in constraints}
         if isinstance(self.sampler, str) and self.sampler not in available_samplers():

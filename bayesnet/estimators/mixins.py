@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
@@ -121,6 +122,11 @@ class BayesianClassifierMixin(ClassifierMixin):
 
 class BayesianRegressorMixin(RegressorMixin):
     """Regression head: Gaussian likelihood with sampled noise, standardised targets."""
+
+    # the noise prior's settings, checked with the others in fit (before: noise_scale="nan" or None was a bare
+    # TypeError, "must be real number, not str", that named no parameter)
+    _head_constraints = {"noise_shape": [Interval(Real, 0, np.inf, closed="neither")],
+                         "noise_scale": [Interval(Real, 0, np.inf, closed="neither")]}
 
     @property
     def predict_proba(self):
