@@ -119,7 +119,9 @@ def _decode(v, tensors):
         return tuple(_decode(x, tensors) for x in v["__tuple__"])
     if "__dict__" in v:
         return {_decode(k, tensors): _decode(x, tensors) for k, x in v["__dict__"]}
-    if "__float__" in v:
+    if "__float__" in v:  # (save writes repr() of inf, -inf and nan there)
+        if v["__float__"] not in ("inf", "-inf", "nan"):
+            raise ValueError(f"malformed model file: {v['__float__']!r} is not a non-finite float's name.")
         return float(v["__float__"])
     if "__strings__" in v:
         strings = v["__strings__"]
@@ -590,8 +592,16 @@ def _build_estimator(spec: dict, tensors):
                                                               for v in value)):
                 raise ValueError(f"malformed model file: input_shape_={value!r} names no input features.")
             value = tuple(value)
+        if attr in ("diagnostics_", "convergence_", "fit_status_") and not isinstance(value, dict):
+            raise ValueError(f"malformed model file: {attr} must be a mapping, got {type(value).__name__}.")
+        if attr in ("n_features_in_", "n_train_"):  # (a string "3" gave "X has 3 features, but ... expecting 3")
+            _count(value, attr, 1)
         if attr == "fit_status_" and "diverged_chains" in value:
-            value["diverged_chains"] = {int(k): v for k, v in value["diverged_chains"].items()}
+            chains = value["diverged_chains"]
+            if not (isinstance(chains, dict) and all(isinstance(k, (int, str)) and str(k).isdigit() for k in chains)):
+                raise ValueError(f"malformed model file: fit_status_['diverged_chains'] must map chain numbers to "
+                                 f"records, got {chains!r:.200}.")
+            value["diverged_chains"] = {int(k): v for k, v in chains.items()}
         setattr(est, attr, value)
     _check_input_map(est)
     _check_outputs(est)

@@ -395,6 +395,18 @@ CRAFTED = {
                                    "the StandardScaler lacks its scale_"),
     "a network too large for torch": ("class", _set(lambda s: _est(s)["params"], "hidden_layer_sizes", [2 ** 62] * 2),
                                       None, "RuntimeError"),
+    # bookkeeping of the wrong type (before: loaded; a string n_features_in_ gave "X has 3 features, but ...
+    # expecting 3" at predict; a bad chain number or float name a bare ValueError that named no file)
+    "a feature count as a string": ("reg", _set(lambda s: _est(s)["fitted"], "n_features_in_", "3"), None,
+                                    "n_features_in_='3' is not an integer"),
+    "diagnostics as a string": ("class", _set(lambda s: _est(s)["fitted"], "diagnostics_", "hello"), None,
+                                "diagnostics_ must be a mapping"),
+    "convergence as a list": ("class", _set(lambda s: _est(s)["fitted"], "convergence_", [1, 2]), None,
+                              "convergence_ must be a mapping"),
+    "a diverged chain named x": ("class", lambda s: _est(s)["fitted"]["fit_status_"]["__dict__"].append(
+        ["diverged_chains", {"__dict__": [["x", 1]]}]), None, "must map chain numbers"),
+    "a float that names no float": ("class", _set(lambda s: s, "metadata", {"__float__": "nanx"}), None,
+                                    "'nanx' is not a non-finite float's name"),
     # malformed specifications (before: KeyError, TypeError, RecursionError, MemoryError)
     "a missing trace": ("class", lambda s: _est(s).pop("trace"), None, "KeyError"),
     "a specification nested too deep": ("class", None, None, "RecursionError"),
