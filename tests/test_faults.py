@@ -952,8 +952,9 @@ def test_bad_calls_on_a_fitted_estimator(small_fits, iris, tmp_path):
         clf.partial_fit(X, np.where(y == 2, 7, y))
     with pytest.raises(ValueError, match=r"y contains labels not in classes=\[0, 1\]: \[2\]"):  # a first call
         BayesianMLPClassifier((4,), n_draws=2, burn_in=10).partial_fit(X, y, classes=[0, 1])
-    with pytest.raises(ValueError, match=r"prob must be in \(0, 1\), got 1.5"):
-        clf.summary(prob=1.5)
+    for prob in (1.5, None, "0.9", True):  # (None was a TypeError comparing it with 0)
+        with pytest.raises(ValueError, match=rf"prob must be in \(0, 1\), got {re.escape(repr(prob))}"):
+            clf.summary(prob=prob)
     frame = pd.DataFrame(X, columns=list("abcd"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -16,6 +16,11 @@ from .data import _check_input_file, _check_output_path, _load_csv_for_fit, _num
 from .models import _build_pipeline, _check_shape, _cli_words, _fit_settings, _option
 
 
+def _percent(level: float) -> str:
+    """``level`` as a percentage with the digits it has: 95%, 99.9999% (``:.0%`` printed 0.999999 as 100%)."""
+    return f"{100 * level:.6g}%"
+
+
 # ---------------------------------------------------------------------- #
 # model files: bayesnet's own format (bayesnet.io: safetensors + JSON, no code on load); a pickle only when asked
 # ---------------------------------------------------------------------- #
@@ -290,12 +295,12 @@ def _print_metrics(model, task: str, Xte, yte, level: float) -> None:
         print(f"test accuracy          {accuracy_score(yte, pred):.4f}")
         print(f"test log loss          {log_loss(yte, proba, labels=est.classes_):.4f}")
         print(f"expected calib. error  {expected_calibration_error(yte, proba, classes=est.classes_):.4f}")
-        print(f"mean {level:.0%} credible width of p(class) {np.mean(hi - lo):.4f}")
+        print(f"mean {_percent(level)} credible width of p(class) {np.mean(hi - lo):.4f}")
     else:
         mean, std, lo, hi = model.predict(Xte, return_std=True, return_interval=True, level=level)
         rmse = float(np.sqrt(np.mean((mean - yte) ** 2)))
         print(f"test RMSE              {rmse:.4f}")
-        print(f"{level:.0%} interval coverage   {interval_coverage(yte, lo, hi):.4f}")
+        print(f"{_percent(level)} interval coverage   {interval_coverage(yte, lo, hi):.4f}")
         print(f"mean interval width    {np.mean(hi - lo):.4f}")
 
 # ---------------------------------------------------------------------- #

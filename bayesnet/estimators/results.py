@@ -8,6 +8,8 @@ as R-hat and ArviZ need equal lengths.
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
@@ -137,7 +139,7 @@ class ResultsMixin:
         """
         import pandas as pd
 
-        if not 0 < prob < 1:
+        if isinstance(prob, bool) or not isinstance(prob, Real) or not 0 < prob < 1:  # (None: a TypeError before)
             raise ValueError(f"prob must be in (0, 1), got {prob!r}.")
         check_is_fitted(self)
         lo_q, hi_q = (1 - prob) / 2, (1 + prob) / 2
