@@ -7,7 +7,7 @@ from numbers import Integral
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
 
 from ._validation import is_count
 
@@ -126,6 +126,8 @@ class TakensEmbedding(TransformerMixin, BaseEstimator):
         return X[:, cols]
 
     def get_feature_names_out(self, input_features=None):
-        """``lag_<k*delay>`` for k = 1..dimension."""
+        """``lag_<k*delay>`` for k = 1..dimension. ``input_features`` is checked as scikit-learn's transformers
+        check it (one name per input column, those seen in fit if any), then not used."""
         check_is_fitted(self)
+        _check_feature_names_in(self, input_features)
         return np.array([f"lag_{k * self.delay}" for k in range(1, self.dimension + 1)], dtype=object)

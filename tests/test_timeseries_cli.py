@@ -26,6 +26,11 @@ def test_windows_and_embedding():
         TakensEmbedding(dimension=2, delay=3).fit(X).set_params(delay=0).transform(X)
     with pytest.raises(ValueError, match="NaN"):
         make_forecasting_windows([1.0, np.nan, 2.0, 3.0], n_lags=1)
+    # input_features checked as scikit-learn's transformers check them (before: any list was taken)
+    takens = TakensEmbedding(dimension=3, delay=2).fit(X)
+    assert list(takens.get_feature_names_out([f"x{i}" for i in range(6)])) == ["lag_2", "lag_4", "lag_6"]
+    with pytest.raises(ValueError, match="input_features should have length equal to number of features"):
+        takens.get_feature_names_out(["a", "b"])
 
 
 def test_gridsearch_tunes_embedding():
