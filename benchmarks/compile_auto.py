@@ -10,10 +10,11 @@ compilation cached. Printed per fit: the wall time, the steps, the compilation's
 on 5,000 rows; then how far the two fits' draws part (the first five draws, all draws; relative to the draws'
 largest magnitude); last, what the compiled step saves per step (the eager fits' mean less the cached one, over the
 steps after the warm-up), what a cold compilation costs (the cold fit less the cached one) and after how many steps
-after the warm-up the cold one repays itself: :data:`~bayesnet.samplers.compiled.COMPILE_MIN_STEPS_CUDA` and
-:data:`~bayesnet.samplers.compiled.COMPILE_MIN_STEPS` are that figure, from the slowest machine measured, rounded up.
+after the warm-up the cold one repays itself: :data:`~bayesnet.samplers.compiled.COMPILE_MIN_STEPS_CUDA` is that
+figure on a GPU, from the slowest machine measured, rounded up (the CPU's
+:data:`~bayesnet.samplers.compiled.COMPILE_MIN_STEPS` came from ``compile_step.py`` and lies above any default fit).
 
-    python benchmarks/compile_auto.py --device cuda      # about 3.5 minutes on an H100
+    python benchmarks/compile_auto.py --device cuda      # about 3.7 minutes on an H100
     python benchmarks/compile_auto.py --quick            # a short smoke run (one round, 200 steps)
 """
 

@@ -319,6 +319,7 @@ def test_step_size_auto_and_the_warnings_in_command_line_words(tmp_path, capsys,
     err = capsys.readouterr().err
     assert "warning: " in err and "--burn-in (now 20 steps)" in err and "burn_in (now" not in err
     assert "n_draws" not in err and "thinning (now" not in err
+    assert "too few to check convergence" in err and "Increase --n-draws (now 5)" in err  # (5 draws: unchecked)
 
 
 def test_a_model_or_predictions_that_cannot_be_written_exit_1(tmp_path, capsys, fitted, good_csv, monkeypatch):

@@ -110,6 +110,15 @@ def test_too_few_draws_to_check_warn(iris):
     est, messages = _fit(iris, burn_in=300, n_draws=8, n_chains=2)
     assert "log_likelihood" in est.convergence_
     assert not [m for m in messages if "too few to check convergence" in m]
+    # a run that diverged says so with its own advice, not "increase n_draws" (the reviewer's catch: it did)
+    est = BayesianMLPClassifier(hidden_layer_sizes=(8,), n_draws=100, burn_in=0, sampler="sgld",
+                                sampler__step_size=0.2, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(DivergenceError):
+            est.fit(*iris)
+    assert 0 < len(est.trace_) < 8 and est.fit_status_["status"] == "diverged"
+    assert not [w for w in caught if "too few to check convergence" in str(w.message)]
 
 
 def test_the_warnings_point_at_the_callers_line(iris):

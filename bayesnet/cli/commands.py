@@ -17,8 +17,9 @@ from .models import _build_pipeline, _check_shape, _cli_words, _fit_settings, _o
 
 
 def _percent(level: float) -> str:
-    """``level`` as a percentage with the digits it has: 95%, 99.9999% (``:.0%`` printed 0.999999 as 100%)."""
-    return f"{100 * level:.6g}%"
+    """``level`` (in (0, 1)) as a percentage with the digits it needs, up to 12 significant ones: 95%, 99.9999%
+    (``:.0%`` printed 0.999999 as 100%)."""
+    return f"{100 * level:.12g}%"
 
 
 # ---------------------------------------------------------------------- #

@@ -358,11 +358,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 self.input_mean_ = mean
                 self.input_scale_ = np.where(scale > 0, scale, 1.0)
         mean, scale = getattr(self, "input_mean_", None), getattr(self, "input_scale_", None)
-        if mean is None:
-            out = X.astype(np.float32, copy=False)
-        else:
-            with np.errstate(over="ignore"):
-                out = standardise(X, mean.reshape(shape), scale.reshape(shape)).astype(np.float32, copy=False)
+        with np.errstate(over="ignore"):  # (an overflow to float32's inf is refused below, by name)
+            out = (X if mean is None else standardise(X, mean.reshape(shape), scale.reshape(shape))).astype(
+                np.float32, copy=False)
         if not np.isfinite(out).all():  # (X itself is finite: validated)
             where = ("standardised by the training mean and standard deviation" if mean is not None else
                      "as given (standardize_inputs=False)")

@@ -777,7 +777,8 @@ def convergence_messages(net, state) -> list[str]:
                       f"{net.n_draws}, {net.trace_.thinning})." if modes else fix))
     out += _temperature_messages(net, state)
     _, per_chain = net.trace_.common_slots(active_only=True)
-    if 0 < per_chain < MIN_CHECKED_DRAWS and net.fit_status_["status"] != "short":  # (a short run says so itself)
+    # (a short, interrupted or diverged run says why it has few draws itself, with its own advice)
+    if 0 < per_chain < MIN_CHECKED_DRAWS and net.fit_status_["status"] == "complete":
         out.append(f"only {per_chain} draw{'s' if per_chain > 1 else ''} per chain {'were' if per_chain > 1 else 'was'}"
                    f" kept: too few to check convergence (split R-hat and the effective sample size need at least "
                    f"{MIN_CHECKED_DRAWS} per chain), so nothing says whether the draws come from the posterior, and "

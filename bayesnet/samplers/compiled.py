@@ -67,7 +67,7 @@ COMPILE_MIN_STEPS = 50_000
 #: (repaid after 10,000-14,500 steps); on an H200, a whole fit of 18,095 steps (2026-11-27, the sixth lease's
 #: second machine; 16,000 steps after the warm-up): 27.0-28.6 s eager, 31.6 s with graphs compiled from a cold cache,
 #: 17.5 s when the compilation was cached. The graphs save about 0.7 ms a step (11.1 s over the 16,000), and the cold
-#: compilation and setup cost about 15 s (11.7 s of it compiling): repaid after about 22,000 steps, rounded up here
+#: compilation and setup cost about 15 s (11.7 s of it compiling): repaid after about 22,000 steps there
 #: (a cached compilation, as in a second fit of a grid search in the same process, repays at once). On an H100
 #: (the seventh lease, 2026-11-27; ``benchmarks/compile_auto.py --device cuda``, 26,000 steps after a warm-up of
 #: 2,200) the same fit took 47.1-47.3 s eager, 63.1 s with graphs compiled cold (18.0 s compiling) and 41.2 s
