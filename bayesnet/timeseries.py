@@ -105,9 +105,26 @@ class TakensEmbedding(TransformerMixin, BaseEstimator):
     def fit(self, X, y=None):
         """Check the lag matrix; learns nothing else."""
         self._validate_params()
-        X = validate_data(self, X, reset=True)
+        X = validate_data(self, self._lag_matrix(X), reset=True)
         self._check_span(X.shape[1])
         return self
+
+    @staticmethod
+    def _lag_matrix(X):
+        """``X`` unchanged, unless it is a series itself: then a ValueError that says how to make the lag matrix
+        (scikit-learn's "Expected 2D array" did not)."""
+        ndim = getattr(X, "ndim", None)  # (arrays, pandas)
+        if ndim is None:
+            try:
+                ndim = np.ndim(X)
+            except (TypeError, ValueError):  # (ragged input: scikit-learn's own message)
+                return X
+        if ndim == 1:
+            raise ValueError("TakensEmbedding takes the lag matrix (n_windows, n_lags), not a series: build it from "
+                             "a 1-D series with make_forecasting_windows(series, n_lags=...), whose X it takes "
+                             "(its columns the lags 1, 2, ..., n_lags). Reshape your data with X.reshape(1, -1) if "
+                             "it is one window.")
+        return X
 
     def _check_span(self, n_lags: int) -> None:
         if self.dimension * self.delay > n_lags:
@@ -120,7 +137,7 @@ class TakensEmbedding(TransformerMixin, BaseEstimator):
         """Select the delay coordinates: shape (n_samples, dimension)."""
         check_is_fitted(self)
         self._validate_params()  # (dimension or delay set since fit: values, then the span)
-        X = validate_data(self, X, reset=False)
+        X = validate_data(self, self._lag_matrix(X), reset=False)
         self._check_span(X.shape[1])
         cols = np.arange(1, self.dimension + 1) * self.delay - 1
         return X[:, cols]

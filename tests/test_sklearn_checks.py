@@ -4,7 +4,7 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bayesnet import (BayesianCNNClassifier, BayesianCNNRegressor, BayesianMLPClassifier, BayesianMLPRegressor,
-                      BayesianRNNClassifier, BayesianRNNRegressor)
+                      BayesianRNNClassifier, BayesianRNNRegressor, TakensEmbedding)
 
 # Small, fast settings: the checks fit dozens of times.
 FAST = dict(n_draws=10, burn_in=200, thinning=2, batch_size=64, random_state=0)
@@ -50,4 +50,10 @@ def test_sklearn_compatible(estimator, check):
     expected_failed_checks=lambda est: EXPECTED_FAILED.get(type(est).__name__, {}),
 )
 def test_sklearn_compatible_regressors_on_signals(estimator, check):
+    check(estimator)
+
+
+# The Takens transformer (under a second in all). dimension=1: the checks' data have as few as one column.
+@parametrize_with_checks([TakensEmbedding(dimension=1)])
+def test_sklearn_compatible_transformer(estimator, check):
     check(estimator)

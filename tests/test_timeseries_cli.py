@@ -31,6 +31,16 @@ def test_windows_and_embedding():
     assert list(takens.get_feature_names_out([f"x{i}" for i in range(6)])) == ["lag_2", "lag_4", "lag_6"]
     with pytest.raises(ValueError, match="input_features should have length equal to number of features"):
         takens.get_feature_names_out(["a", "b"])
+    # a series itself, where the lag matrix belongs: the way to build it (before: "Expected 2D array")
+    import pandas as pd
+
+    for series in (s, pd.Series(s), list(s)):
+        with pytest.raises(ValueError, match=r"not a series: .*make_forecasting_windows\(series, n_lags=...\)"):
+            TakensEmbedding(dimension=3, delay=2).fit(series)
+    with pytest.raises(ValueError, match="not a series"):
+        takens.transform(s)
+    with pytest.raises(ValueError, match="Found array with dim 3"):  # (a 3-D array: scikit-learn's own message)
+        TakensEmbedding(dimension=1).fit(X[:, :, None])
 
 
 def test_gridsearch_tunes_embedding():
