@@ -16,6 +16,10 @@ __all__ = ["autocorrelation", "effective_sample_size", "integrated_autocorrelati
            "bulk_effective_sample_size_many", "rank_normalized_split_rhat_many",
            "chain_summaries"]
 
+#: the fewest draws per chain that the bulk and tail ESS (and so the convergence checks) take: they split each chain
+#: in two, and each half's rank-normalised series needs a few draws
+MIN_DRAWS = 8
+
 
 def _as_chains(draws: np.ndarray) -> np.ndarray:
     x = np.asarray(draws, dtype=np.float64)
@@ -156,10 +160,10 @@ def _rank_normalize_many(x: np.ndarray) -> np.ndarray:
 
 
 def _ess_chains(draws: np.ndarray) -> np.ndarray:
-    """``draws`` as chains (n_chains, n_draws), at least 8 draws each (bulk and tail ESS split them)."""
+    """``draws`` as chains (n_chains, n_draws), at least ``MIN_DRAWS`` draws each (bulk and tail ESS split them)."""
     x = _as_chains(draws)
-    if x.shape[1] < 8:
-        raise ValueError("need at least 8 draws per chain.")
+    if x.shape[1] < MIN_DRAWS:
+        raise ValueError(f"need at least {MIN_DRAWS} draws per chain.")
     return x
 
 
@@ -191,8 +195,8 @@ def bulk_effective_sample_size_many(draws: np.ndarray) -> np.ndarray:
     ndarray, shape (k,)
     """
     x = np.asarray(draws, dtype=np.float64)
-    if x.ndim != 3 or x.shape[1] < 8:
-        raise ValueError(f"expected draws shaped (chain, draw, k) with at least 8 draws, got {x.shape}.")
+    if x.ndim != 3 or x.shape[1] < MIN_DRAWS:
+        raise ValueError(f"expected draws shaped (chain, draw, k) with at least {MIN_DRAWS} draws, got {x.shape}.")
     constant = np.ptp(x, axis=(0, 1)) == 0
     return np.where(constant, float(x.shape[0] * x.shape[1]), _ess_many(_rank_normalize_many(_split(x))))
 
@@ -289,7 +293,7 @@ def chain_summaries(draws: np.ndarray, potentials: np.ndarray | None = None, n_p
         ``"projection_0"``, ... An empty dict with fewer than 8 draws per chain.
     """
     draws = np.asarray(draws, dtype=np.float64)
-    if draws.ndim != 3 or draws.shape[1] < 8:
+    if draws.ndim != 3 or draws.shape[1] < MIN_DRAWS:
         return {}
     series = {}
     if potentials is not None:

@@ -27,8 +27,9 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_random_state
 
-from ..diagnostics import (bulk_effective_sample_size, bulk_effective_sample_size_many, effective_sample_size,
-                           rank_normalized_split_rhat, rank_normalized_split_rhat_many, tail_effective_sample_size)
+from ..diagnostics import (MIN_DRAWS, bulk_effective_sample_size, bulk_effective_sample_size_many,
+                           effective_sample_size, rank_normalized_split_rhat, rank_normalized_split_rhat_many,
+                           tail_effective_sample_size)
 from ..plan import ChainLayout, RunPlan
 from ..posterior import ChainPosterior
 from ..predictive import PosteriorPredictive
@@ -598,7 +599,7 @@ def convergence(net) -> dict:
     if trace is None or len(trace) == 0 or getattr(net, "check_rows_", None) is None:
         return {}
     full, n = trace.common_slots(active_only=True)
-    if n < MIN_CHECKED_DRAWS:
+    if n < MIN_DRAWS:
         return {}
     out = {}
     ll = pointwise_log_likelihood(net)
@@ -778,18 +779,13 @@ def convergence_messages(net, state) -> list[str]:
     out += _temperature_messages(net, state)
     _, per_chain = net.trace_.common_slots(active_only=True)
     # (a short, interrupted or diverged run says why it has few draws itself, with its own advice)
-    if 0 < per_chain < MIN_CHECKED_DRAWS and net.fit_status_["status"] == "complete":
+    if 0 < per_chain < MIN_DRAWS and net.fit_status_["status"] == "complete":
         out.append(f"only {per_chain} draw{'s' if per_chain > 1 else ''} per chain {'were' if per_chain > 1 else 'was'}"
                    f" kept: too few to check convergence (split R-hat and the effective sample size need at least "
-                   f"{MIN_CHECKED_DRAWS} per chain), so nothing says whether the draws come from the posterior, and "
+                   f"{MIN_DRAWS} per chain), so nothing says whether the draws come from the posterior, and "
                    f"the predictions average {len(net.trace_)} draw{'s' if len(net.trace_) > 1 else ''} in all. "
                    f"Increase n_draws (now {net.n_draws}).")
     return out
-
-
-#: the fewest draws per chain that the function-space checks (split R-hat, bulk and tail ESS) read; a run with fewer
-#: warns that it was not checked
-MIN_CHECKED_DRAWS = 8
 
 
 #: chains are named as sitting in separate modes only when they disagree this clearly (pooled split R-hat)
