@@ -150,8 +150,15 @@ def test_a_memory_error_in_one_worker_costs_only_its_group_and_continues_exactly
     assert np.isfinite(est.predict_proba(X)).all()
     again = copy.deepcopy(est)
     fit_recording(again, X, y, method="partial_fit")
-    assert list(again.trace_.kept_per_slot) == [20, 20, 10, 10]
-    assert all(torch.equal(a, b) for a, b in zip(again.trace_.draws(per_slot=True)[2:], reference[2:]))
+    # only the stopped group runs; the finished one waits (before: it took n_draws more, chains 0-1's 20 draws
+    # against chains 2-3's 10, and the merged status said "complete" with 30 of 40 steps taken)
+    assert list(again.trace_.kept_per_slot) == [10, 10, 10, 10]
+    assert all(torch.equal(a, b) for a, b in zip(again.trace_.draws(per_slot=True), reference))
+    status = again.fit_status_
+    assert status["status"] == "complete" and status["steps_taken"] == status["steps_planned"]
+    with pytest.raises(ValueError, match=r"resumes the groups of chains that stopped early \(chains \[2, 3\]\).*"
+                                         r"n_draws=20 \(was 10\)"):
+        copy.deepcopy(est).set_params(n_draws=20).partial_fit(X, y)
 
 
 def test_the_memory_error_warning_names_the_chains(out_of_memory):
@@ -192,7 +199,8 @@ def test_an_interrupted_group_is_reported_and_continues_exactly(iris, reference)
     assert est.fit_status_["status"] == "interrupted"
     assert any("the fit was interrupted" in m and "partial_fit continues the planned run" in m for m in messages)
     fit_recording(est, X, y, method="partial_fit")
-    assert all(torch.equal(a, b) for a, b in zip(est.trace_.draws(per_slot=True)[:2], reference[:2]))
+    assert list(est.trace_.kept_per_slot) == [10, 10, 10, 10]  # the finished group waited
+    assert all(torch.equal(a, b) for a, b in zip(est.trace_.draws(per_slot=True), reference))
 
 
 @pytest.mark.parametrize("n_jobs", [None, 2], ids=["one process", "two workers"])
@@ -1139,21 +1147,14 @@ def test_a_fit_pickled_with_the_monitors_device_flags_continues(iris):
     assert np.isfinite(state["reference"][1]).all()  # the warm-up's reference survived the conversion
 
 
-def test_the_draw_quota_counts_judged_draws_only(iris):
-    """tacthmc's draw quota (samplers that collect some steps) ends a run once the draws are in; before it
-    stops, the divergence monitor judges the steps it has not read yet, so that a chain found diverging there
-    is retired and its draws are not counted (before: the quota counted them, and the run could stop with a
-    surviving chain short of its draws). Shown with chain 0 put off the plateau after 10 draws (it collects no
-    more) and a monitor whose judgement retires chain 1 when first asked: at step 150 the two chains' 10 and 50
-    draws average the quota's 30; judged first, only chain 0's 10 count, and the run goes on (it would have
-    stopped at step 150 with chain 0 short)."""
-    from bayesnet.estimators.callbacks import DivergenceMonitor
-
-    class RetiresChainOne(DivergenceMonitor):
-        def judge_unread(self, net):
-            self.calls = getattr(self, "calls", []) + [(int(net.sampler_state_.step), net.fit_status_["stopped_by"])]
-            if net.trace_.active[1]:
-                net.trace_.retire([1], int(net.sampler_state_.step))
+def test_the_draw_quota_waits_for_every_chain(iris):
+    """tacthmc's draw quota (samplers that collect some steps) ends a run once every chain has its draws in, not
+    once their average has (before: a chain off the plateau stayed short while a fast chain's surplus overwrote
+    its own draws, and the run reported "draws collected" beside a shortfall). Shown with chain 0 put off the
+    plateau after 10 draws: at step 130 chain 1 has its 30 draws and the two average 20; at step 150, 10 and 50
+    average the quota's 30, where the old rule stopped. The run goes on to its budget (3x the planned 250 steps: the
+    burn-in, then 30 draws at 5 steps each, a fifth of the steps being collected) and warns about the chain it waited
+    for."""
 
     class OffThePlateau(Callback):
         def on_batch_end(self, net, training=False, **kwargs):
@@ -1163,18 +1164,43 @@ def test_the_draw_quota_counts_judged_draws_only(iris):
                 state.xi_momentum = torch.zeros_like(state.xi_momentum)
 
     X, y = iris
-    monitor = RetiresChainOne()
     est = BayesianMLPClassifier(hidden_layer_sizes=(4,), sampler="tacthmc", n_chains=2, burn_in=100, n_draws=30,
                                 thinning=1, sampler__steps_per_sample=1, random_state=0,
-                                callbacks=[("off", OffThePlateau())], callbacks__divergence=monitor)
+                                callbacks=[("off", OffThePlateau())])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est.fit(X, y)
-    assert monitor.calls[0] == (150, None)  # asked by the quota, before it stopped the run
-    assert list(est.trace_.kept_per_slot) == [10, 50] and not est.trace_.active[1]
-    assert est.sampler_state_.step > 150 and est.fit_status_["stopped_by"] != "draws collected"
+    kept = est.trace_.kept_per_slot
+    assert kept[0] < 30 and kept[1] > 50, kept
+    assert est.sampler_state_.step == 3 * 250 and est.fit_status_["stopped_by"] is None
     assert est.fit_status_["status"] == "short"
-    assert any("10 of n_draws=30 draws were kept" in str(w.message) for w in caught)
+    assert list(est.trace_.stored_per_slot) == [kept[0], 30]  # chain 1 keeps its newest 30
+    message = next(str(w.message) for w in caught if f"{kept[0]} of n_draws=30 draws were kept" in str(w.message))
+    assert "chain 0's" in message
+
+
+def test_the_draw_quota_counts_judged_draws_only(iris):
+    """Before the quota stops a run, the divergence monitor judges the steps it has not read yet, so that a chain
+    found diverging there is retired (its draws from the bad steps discarded) before the draws are counted: the
+    quota then counts the chains left. Shown with a monitor that retires chain 1 when first asked."""
+    from bayesnet.estimators.callbacks import DivergenceMonitor
+
+    class RetiresChainOne(DivergenceMonitor):
+        def judge_unread(self, net):
+            self.calls = getattr(self, "calls", []) + [(int(net.sampler_state_.step), net.fit_status_["stopped_by"])]
+            if net.trace_.active[1]:
+                net.trace_.retire([1], int(net.sampler_state_.step))
+
+    X, y = iris
+    monitor = RetiresChainOne()
+    est = BayesianMLPClassifier(hidden_layer_sizes=(4,), sampler="tacthmc", n_chains=2, burn_in=100, n_draws=30,
+                                thinning=1, sampler__steps_per_sample=1, random_state=0,
+                                callbacks__divergence=monitor)
+    est.fit(X, y)
+    first_step, stopped_by = monitor.calls[0]
+    assert stopped_by is None and first_step < est.sampler_state_.step + 1  # asked by the quota, before it stopped
+    assert not est.trace_.active[1]
+    assert est.fit_status_["stopped_by"] == "draws collected" and est.trace_.stored_per_slot[0] == 30
 
 
 def test_a_failing_judgement_never_replaces_the_runs_own_error(iris, monkeypatch):

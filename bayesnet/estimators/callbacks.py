@@ -387,7 +387,7 @@ def _terms_at(history, steps: np.ndarray, n_members: int) -> np.ndarray:
 
 
 class DrawQuota(Callback):
-    """Ends the run once this call has stored ``n_draws`` draws per slot, for samplers that collect only
+    """Ends the run once this call has stored ``n_draws`` draws in every active slot (a fast chain keeps its newest), for samplers that collect only
     some of their steps (``steps_per_draw() > 1``, e.g. tacthmc), whose planned length assumes the ideal
     fraction of collected steps. Stops as skorch's ``EarlyStopping`` does (``KeyboardInterrupt``) and records
     ``"draws collected"`` in the estimator's ``fit_status_``."""
@@ -397,13 +397,13 @@ class DrawQuota(Callback):
             return
         trace = net.trace_
         new = (trace.kept_per_slot - net.kept_at_call_start_)[trace.active]
-        if new.size and new.mean() >= net.n_draws:
+        if new.size and new.min() >= net.n_draws:
             # only judged draws count: a chain diverging since the divergence monitor's last read is retired (its
             # draws from the bad steps discarded) before the quota is counted again
             for _, cb in net.callbacks_:
                 if isinstance(cb, DivergenceMonitor):
                     cb.judge_unread(net)
             new = (trace.kept_per_slot - net.kept_at_call_start_)[trace.active]
-        if new.size and new.mean() >= net.n_draws:
+        if new.size and new.min() >= net.n_draws:
             net.fit_status_["stopped_by"] = "draws collected"
             raise KeyboardInterrupt

@@ -99,19 +99,32 @@ def fit_groups(net, X, y, classes) -> None:
         running = sum(int(shard.n_chains) for shard in net.shards_) + len(net.fit_status_.get("lost_chains", []))
         if int(net.n_chains) != running:  # the groups carry the chains (and lost groups stay counted)
             refuse_changes({"n_chains": (net.n_chains, running)})
-        shards = []
+        # groups stopped early (an interrupt, a MemoryError) resume to their planned length, as one process's
+        # interrupted run does; the groups that finished wait for them (running them too would take n_draws
+        # more draws in some groups only, leaving chains of different lengths)
+        resuming = [i for i, shard in enumerate(net.shards_) if shard.fit_status_.get("status") == "interrupted"]
+        changes = []
         for shard in net.shards_:  # only what changed: skorch re-initialises the module on some settings
             mine = shard.get_params(deep=False)
-            changed = {k: v for k, v in net.get_params(deep=False).items()
-                       if k not in ("n_chains", "n_jobs", "verbose", "callbacks") and not _same(v, mine.get(k))}
-            shards.append(shard.set_params(**changed) if changed else shard)
-    tasks = {i: (shard, X, y, classes) for i, shard in enumerate(shards)}
+            changes.append({k: (v, mine.get(k)) for k, v in net.get_params(deep=False).items()
+                            if k not in ("n_chains", "n_jobs", "verbose", "callbacks") and not _same(v, mine.get(k))})
+        plan = {k: c[k] for c in changes for k in ("n_draws", "thinning", "max_epochs") if k in c}
+        if resuming and plan:  # refused before any group changes, so the fit stays as it was
+            detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in plan.items())
+            raise ValueError(f"partial_fit first resumes the groups of chains that stopped early (chains "
+                             f"{[c for i in resuming for c in _chains(net.shards_[i])]}) to their planned run; "
+                             f"change {detail} in a later call, once every group has finished.")
+        shards = [shard.set_params(**{k: new for k, (new, _) in c.items()}) if c else shard
+                  for shard, c in zip(net.shards_, changes)]
+    tasks = {i: (shard, X, y, classes) for i, shard in enumerate(shards)
+             if fresh or not resuming or i in resuming}
     done, lost = _run(tasks, net.n_jobs)
     for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
         more, _ = _run({i: tasks[i]}, 2)
         done.update(more)
     lost = [i for i in sorted(tasks) if i not in done]
-    if len(lost) == len(tasks):
+    done.update({i: (shard, None) for i, shard in enumerate(shards) if i not in tasks})  # waited for the others
+    if len(lost) == len(shards):
         raise RuntimeError("every group of chains was lost: their worker processes died (killed, or out of "
                            "memory); lower n_jobs, or fit fewer chains per process.")
     kept = [done[i] for i in sorted(done)]

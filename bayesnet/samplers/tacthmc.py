@@ -627,8 +627,11 @@ class TACTHMC(Sampler):
                 "size of the potential")
 
     def shortfall_hint(self, state: TACTHMCState) -> str:
-        frac = float(self.plateau_fraction(state).mean())
-        return (f"the tempering variable spent {frac:.1%} of the steps at unit temperature (the ideal is "
+        per_chain = self.plateau_fraction(state).reshape(-1)
+        frac, low = float(per_chain.mean()), int(per_chain.argmin())
+        # with several chains the shortest one is the one the run waited for: name it
+        worst = f", chain {low}'s {float(per_chain[low]):.1%}" if per_chain.numel() > 1 else ""
+        return (f"the tempering variable spent {frac:.1%} of the steps at unit temperature{worst} (the ideal is "
                 f"{self.expected_plateau_fraction:.0%}). Run longer (partial_fit continues the chain), narrow the "
                 "temperature range (sampler__wall), or lower sampler__tempering_step_size: a tempering variable "
                 "that moves faster than the network can follow gets stuck at high temperature.")
