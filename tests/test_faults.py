@@ -650,6 +650,48 @@ def test_partial_fit_after_ctrl_c_gives_the_uninterrupted_draws(iris, name, wher
     assert torch.equal(est.trace_.draws(), ref.trace_.draws())
 
 
+@pytest.mark.parametrize("change", [{"n_draws": 15}, {"thinning": 3}, {"n_draws": 3}],
+                         ids=["more draws", "another thinning", "fewer draws"])
+def test_an_interrupted_run_resumes_under_new_n_draws_or_thinning(iris, change):
+    """Before: an interrupted run resumed to its old length whatever n_draws or thinning had become, so a larger
+    n_draws ended "short" (with a warning that blamed max_epochs=None). Now the plan's end moves to where its draws
+    are in: the draws are those of an uninterrupted fit whose thinning changed at the same step (the same steps,
+    the same positions), and the plan ends thinning - 1 steps after its last draw, as a fresh plan does."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(4,), n_draws=5, burn_in=20, thinning=2, batch_size=32, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier(**kw, callbacks=[("sigint", SigintAt(26))]).fit(X, y)  # 3 draws: 21, 23, 25
+        assert est.fit_status_["status"] == "interrupted"
+        messages = fit_recording(est.set_params(**change), X, y, method="partial_fit")
+        ref = BayesianMLPClassifier(**{**kw, **change}).fit(X, y) if "thinning" not in change else None
+    thinning, n_draws = change.get("thinning", 2), change.get("n_draws", 5)
+    status = est.fit_status_
+    assert status["status"] == "complete" and status["draws_kept"] == n_draws, (status, messages)
+    steps = est.trace_.steps
+    if "thinning" in change:  # 21, 23, 25 at the old thinning; then candidates 7, 10 (1 + a multiple of 3)
+        assert list(steps) == [21, 23, 25, 27, 30] and int(est.sampler_state_.step) == 30 + thinning - 1
+    elif n_draws > 3:  # the same as a fit planned with n_draws=15 from the start (50 steps: whole epochs)
+        assert int(est.sampler_state_.step) == 20 + n_draws * thinning == int(ref.sampler_state_.step)
+        assert np.array_equal(steps, ref.trace_.steps) and torch.equal(est.trace_.draws(), ref.trace_.draws())
+    else:  # the 3 draws are in: the run ends where it stopped
+        assert list(steps) == [21, 23, 25] and int(est.sampler_state_.step) == 26
+
+
+def test_non_finite_draws_with_the_divergence_monitor_off_are_named(iris):
+    """With the monitor off (callbacks__divergence=None) a chain gone non-finite runs on and its due draws are
+    refused by the trace: the shortfall says so, with the count per chain. Before, the warning blamed
+    max_epochs=None."""
+    X, y = iris
+    est = BayesianMLPClassifier((8,), n_draws=10, burn_in=200, thinning=2, random_state=0,
+                                callbacks=[("p", PoisonChain(chain=0, at_step=210))], callbacks__divergence=None)
+    messages = fit_recording(est, X, y)
+    assert est.fit_status_["status"] == "short" and est.fit_status_["draws_kept"] == 5
+    message = next(m for m in messages if "5 of n_draws=10 draws were kept" in m)
+    assert "not finite were not kept (chain 0: 5)" in message and "callbacks__divergence=None" in message
+    assert "max_epochs" not in message
+
+
 def test_max_epochs_shorter_than_the_burn_in_warns(iris):
     """Before: 0 draws and no warning."""
     X, y = iris

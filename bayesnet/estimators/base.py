@@ -499,6 +499,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         self.steps_remaining_ = max(self.steps_planned_total_ - state.step, 0)
         run.prepare_compiled(self)
         self.steps_this_call_ = 0
+        self.nonfinite_this_call_ = {}  # slot -> due draws refused for not being finite, in this call
         if not resumes or len(self.kept_at_call_start_) != len(self.trace_.kept_per_slot):
             self.kept_at_call_start_ = self.trace_.kept_per_slot.copy()
         self.fit_status_["stopped_by"] = None
@@ -601,6 +602,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             fields["configurational_temperature"] = float("nan") if measured is None else measured
         self.step_stats_.record(step, fields)
         nonfinite = trace.offer(step, state.position, fields, info.is_draw)
+        if len(nonfinite):  # not kept: the divergence monitor (when on) retires these chains; counted for the report
+            refused = counts.setdefault("nonfinite_this_call_", {})
+            for slot in nonfinite.tolist():
+                refused[slot] = refused.get(slot, 0) + 1
         return {"loss": info.potential.mean() / self.n_train_, "y_pred": None, "info": info, "step": step,
                 "stored": self.trace_.last_due > 0, "nonfinite": nonfinite}
 

@@ -123,7 +123,9 @@ def fit_groups(net, X, y, classes) -> None:
         more, _ = _run({i: tasks[i]}, 2)
         done.update(more)
     lost = [i for i in sorted(tasks) if i not in done]
-    done.update({i: (shard, None) for i, shard in enumerate(shards) if i not in tasks})  # waited for the others
+    for i in set(range(len(shards))) - set(tasks):  # waited for the others: nothing of theirs to report
+        shards[i].nonfinite_this_call_ = {}
+        done[i] = (shards[i], None)
     if len(lost) == len(shards):
         raise RuntimeError("every group of chains was lost: their worker processes died (killed, or out of "
                            "memory); lower n_jobs, or fit fewer chains per process.")

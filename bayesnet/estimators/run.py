@@ -387,7 +387,8 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     # the draws' spacing as a new plan would resolve it (make_plan, below, for a completed run): an auto thinning
     # also follows the sampler's steps per draw (tacthmc's steps_per_sample), not only n_draws
     thinning = net_thinning(net, type(net.sampler_), net.trace_.burn_in, net.sampler_.steps_per_draw())
-    if int(net.n_draws) != net.trace_.n_draws or thinning != net.trace_.thinning:
+    replanned = int(net.n_draws) != net.trace_.n_draws or thinning != net.trace_.thinning
+    if replanned:
         net.trace_.reconfigure(n_draws=int(net.n_draws), thinning=thinning)
     new_data = fingerprint(X, y)
     if new_data != net.data_fingerprint_:
@@ -405,12 +406,38 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     net.fit_params_.update({k: now[k] for k in changed})
     step = int(net.sampler_state_.step)
     if step < net.steps_planned_total_:
-        return  # an interrupted run continues to its planned length (under the new settings, if any)
+        # an interrupted run continues to its planned length, under the new settings: a new n_draws or thinning
+        # moves the end to where the plan's draws are in (max_epochs, when set, fixes the length itself)
+        if replanned and net.max_epochs is None:
+            net.steps_planned_total_ = _resumed_length(net, step)
+        return
     # a completed run: n_draws more draws per chain (or max_epochs more epochs), no new burn-in
     plan = make_plan(net, len(X), burn_in=net.plan_.burn_in)  # (the chains' burn-in, not one for the new data)
     extra = plan.n_steps if net.max_epochs is not None else \
         int(math.ceil(plan.n_draws * plan.thinning * plan.steps_per_draw))
     net.steps_planned_total_ = step + extra
+
+
+def _resumed_length(net, step: int) -> int:
+    """The step at which an interrupted plan has its ``n_draws`` draws under a new ``n_draws`` or thinning: the
+    trace stores the candidates 1, 1 + thinning, ... after the burn-in, and a plan ends ``thinning - 1`` steps after
+    its last draw, as a fresh one does (``burn_in + n_draws * thinning``). The draws count from the plan's start
+    (``kept_at_call_start_``); samplers that collect only some steps (tacthmc) get a length at the ideal rate,
+    which their draw quota ends or extends."""
+    trace = net.trace_
+    active = trace.active
+    if not active.any():
+        return step
+    start = getattr(net, "kept_at_call_start_", None)
+    kept = trace.kept_per_slot - (start if start is not None and len(start) == len(trace.kept_per_slot) else 0)
+    missing = max(int(net.n_draws) - int(kept[active].min()), 0)
+    per_draw = net.sampler_.steps_per_draw()
+    if per_draw > 1:
+        return max(step, trace.burn_in) + int(math.ceil(missing * trace.thinning * per_draw))
+    if missing == 0:
+        return step
+    seen = int(trace.n_candidates[active].max())  # candidates since the burn-in: every step after it
+    return trace.burn_in + seen + (-seen) % trace.thinning + missing * trace.thinning
 
 
 def prepare_compiled(net) -> None:
@@ -931,6 +958,20 @@ def unsettled_warmup(state) -> str | None:
     return report.get("reason") or "its step size kept changing"
 
 
+def refused_draws(net) -> dict:
+    """Due draws refused for not being finite in this call, per chain (``{chain: count}``; the groups' of an
+    ``n_jobs`` fit by their global chain numbers)."""
+    shards = getattr(net, "shards_", None) or [net]
+    out = {}
+    for shard in shards:
+        first = shard.group_[1] if getattr(shard, "group_", None) is not None else 0
+        per_chain = max(int(shard.layout_.members_per_chain), 1) if getattr(shard, "layout_", None) else 1
+        for slot, n in shard.__dict__.get("nonfinite_this_call_", {}).items():
+            chain = first + int(slot) // per_chain
+            out[chain] = out.get(chain, 0) + int(n)
+    return out
+
+
 def _step_advice(net, state) -> str:
     """What to change after a hot or diverged chain: a smaller step, and the inputs' scale unless the estimator
     standardises them already."""
@@ -994,9 +1035,18 @@ def warn_status(net) -> None:
         # max_epochs sets the run's length: it, not the sampler, is why a run it ends is short (tacthmc's plateau
         # figure over a run cut before its burn-in ended said nothing)
         hint = net.sampler_.shortfall_hint(state) if state is not None and net.max_epochs is None else ""
-        reason = (f" {net.sampler_.name}: {hint}" if hint else
-                  f" max_epochs={net.max_epochs} is shorter than burn_in ({burn_in_words(net)}) + n_draws * thinning "
-                  "steps: run longer, or call partial_fit to continue the chains.")
+        refused = refused_draws(net)
+        if refused:  # a chain gone non-finite that nothing stopped (the divergence monitor off): its draws refused
+            detail = ", ".join(f"chain {c}: {n}" for c, n in sorted(refused.items()))
+            reason = (f" Draws that were due but not finite were not kept ({detail}); the divergence monitor, which "
+                      f"stops such chains and says when they diverged, is off (callbacks__divergence=None). "
+                      f"{_step_advice(net, state)}.")
+        elif net.max_epochs is not None:
+            reason = (f" max_epochs={net.max_epochs} is shorter than burn_in ({burn_in_words(net)}) + n_draws * "
+                      "thinning steps: run longer, or call partial_fit to continue the chains.")
+        else:
+            reason = (f" {net.sampler_.name}: {hint}" if hint else
+                      " Run longer: partial_fit continues the chains.")
         unfitted = " No draw was kept, so the estimator is not fitted." if len(trace) == 0 else ""
         messages.append(f"{least} of n_draws={net.n_draws} draws were kept per chain in {step} steps.{reason}"
                         f"{unfitted}")
