@@ -95,8 +95,9 @@ class RunPlan:
     Attributes
     ----------
     batches_per_epoch, epochs, n_steps
-        Derived: ``epochs`` whole epochs reach at least ``burn_in + n_draws * thinning * steps_per_draw``
-        steps (or ``max_epochs`` epochs); ``n_steps = epochs * batches_per_epoch``.
+        Derived: ``epochs`` epochs reach at least ``burn_in + n_draws * thinning * steps_per_draw`` steps (or
+        ``max_epochs`` epochs); ``n_steps`` is that many steps, the last epoch cut there (or ``epochs *
+        batches_per_epoch`` with ``max_epochs``).
     """
 
     n_data: int
@@ -126,7 +127,9 @@ class RunPlan:
 
     @property
     def n_steps(self) -> int:
-        """Planned steps of this call."""
+        """Planned steps of this call: ``wanted_steps`` (the last epoch cut there), or ``max_epochs`` whole epochs."""
+        if self.max_epochs is None:
+            return self.wanted_steps
         return self.epochs * self.batches_per_epoch
 
     @property
