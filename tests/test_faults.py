@@ -878,14 +878,39 @@ def test_set_params_on_a_fitted_estimator_refuses_skorch_parts_and_loses_nothing
         est.set_params(lr=0.5)
     np.testing.assert_array_equal(est.predict_proba(X[:5]), proba)
     BayesianMLPClassifier((8,), callbacks="disable").set_params(callbacks__print_log=None)
+    # with callbacks="disable": get_params(deep=True) round-trips, and a new list replaces it (before: "no callback
+    # named 'epoch_timer'", and skorch's "not enough values to unpack"); the new list's callbacks then run
+    off = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, random_state=0, callbacks="disable")
+    off.set_params(**off.get_params(deep=True))
+    with pytest.raises(ValueError, match="has no callback named 'nonexistent'"):
+        off.set_params(callbacks__nonexistent__x=1)
+
+    class Counts(Callback):
+        def __init__(self, steps=0):
+            self.steps = steps
+
+        def on_batch_end(self, net, training=False, **kwargs):
+            self.steps += 1
+
+    counter = Counts()
+    fit_recording(off.set_params(callbacks=[("count", counter)], callbacks__count__steps=3), X, y)
+    assert counter.steps == 3 + 20 + 5 * 10 and len(off.trace_) == 5  # callbacks__count__steps applied, then a step each
 
 
-def test_skorch_callbacks_around_an_optimiser_are_refused(iris):
-    from skorch.callbacks import EarlyStopping, EpochTimer, LRScheduler
+def test_skorch_callbacks_around_an_optimiser_are_refused(iris, tmp_path):
+    from skorch.callbacks import Checkpoint, EarlyStopping, EpochTimer, LRScheduler, ProgressBar, TrainEndCheckpoint
 
     for callback in (LRScheduler(), ("stop", EarlyStopping(monitor="train_loss"))):
         with pytest.raises(ValueError, match="callbacks: skorch's (LRScheduler|EarlyStopping) works on an optimiser"):
             BayesianMLPClassifier((8,), burn_in=20, n_draws=5, callbacks=[callback]).fit(*iris)
+    # skorch's progress bar counts the batches of recorded epochs, its checkpoints save one network at the best
+    # validation loss: before, they failed inside the run (a TypeError, an IndexError, "valid_loss_best")
+    for callback, words in ((ProgressBar(), "verbose=1 shows a progress bar"),
+                            (Checkpoint(dirname=str(tmp_path)), "save it with est.save"),
+                            (TrainEndCheckpoint(dirname=str(tmp_path)), "save it with est.save")):
+        with pytest.raises(ValueError, match=words):
+            BayesianMLPClassifier((8,), burn_in=20, n_draws=5, callbacks=[callback]).fit(*iris)
+    assert not any(tmp_path.iterdir())
     est = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, callbacks=[EpochTimer()])
     fit_recording(est, *iris)  # a callback that needs no optimiser runs
     assert len(est.trace_) == 5

@@ -175,9 +175,18 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         prefixed = sorted(k for k in vars(self) if k.startswith(self._UNUSED_SKORCH_PREFIXES))
         if prefixed:
             raise self._unused_skorch_error(", ".join(prefixed))
-        for entry in self.callbacks or ():
+        for entry in self.callbacks if isinstance(self.callbacks, (list, tuple)) else ():
             callback = entry[1] if isinstance(entry, tuple) else entry
             kind = callback if isinstance(callback, type) else type(callback)
+            if issubclass(kind, skorch.callbacks.ProgressBar):
+                raise ValueError("callbacks: skorch's ProgressBar counts the batches of epochs that skorch records "
+                                 f"losses for; {name} records none. verbose=1 shows a progress bar over the sampler's "
+                                 "steps.")
+            if issubclass(kind, (skorch.callbacks.Checkpoint, skorch.callbacks.TrainEndCheckpoint,
+                                 skorch.callbacks.LoadInitState)):
+                raise ValueError(f"callbacks: skorch's {kind.__name__} saves or loads one network's weights (and an "
+                                 f"optimiser), at the best validation loss; {name} has neither, and its fit is the "
+                                 "draws: save it with est.save(path) (bayesnet.load reads it back) after fit.")
             if issubclass(kind, self._UNUSED_CALLBACKS):
                 raise ValueError(f"callbacks: skorch's {kind.__name__} works on an optimiser's loss, learning rate "
                                  f"or gradients, or on the per-epoch losses and scores skorch records; {name} has "
@@ -265,6 +274,17 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def _set_params_callback(self, **params):
         # skorch fails with "not enough values to unpack" on a callback name it does not find; a user turning off
         # skorch's print_log (``callbacks__print_log=None``, its documented idiom) would meet that here
+        if "callbacks" in params:  # a new list: the callbacks__* beside it address its callbacks (skorch kept the
+            self.callbacks = params.pop("callbacks")  # old ones', and failed when they were "disable"d)
+            self._initialize_callbacks()
+        if self.callbacks == "disable":  # nothing runs to address: the settings are kept for when they are enabled
+            known = {name for name, _ in self._default_callbacks} | {"divergence", "draw_quota", "progress_bar"}
+            unknown = sorted({k[len("callbacks__"):].split("__", 1)[0] for k in params}
+                             - known - set(self._DROPPED_CALLBACKS))
+            if unknown:
+                raise ValueError(f"{type(self).__name__} has no callback named {unknown[0]!r} (callbacks="
+                                 "'disable'; its default callbacks: " f"{', '.join(sorted(known))}).")
+            return self
         names = {name for name, _ in getattr(self, "callbacks_", None) or ()}
         for key in [k for k in params if k.startswith("callbacks__")]:
             name = key[len("callbacks__"):]
