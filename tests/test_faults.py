@@ -610,6 +610,35 @@ def test_ctrl_c_stops_the_fit_says_how_far_it_got_and_restores_the_handler(iris)
     assert (status["status"], status["stopped_by"], status["steps_taken"]) == ("interrupted", "interrupt", 23)
 
 
+def test_an_error_that_stops_the_fit_is_recorded_as_its_cause(iris):
+    """An exception raised inside the run (here by a callback) propagates; the draws so far are kept and
+    fit_status_ names the error (before: stopped_by "interrupt", as for Ctrl-C, while groups in workers named their
+    MemoryError), and partial_fit continues the plan."""
+
+    class Fails(Callback):
+        def __init__(self, at=23):
+            self.at = at
+
+        def on_batch_end(self, net, training=False, step=None, **kwargs):
+            if training and step == self.at:
+                raise RuntimeError("disk full")
+
+    X, y = iris
+    est = BayesianMLPClassifier((8,), n_draws=10, burn_in=10, thinning=2, batch_size=32, random_state=0,
+                                callbacks=[("fails", Fails(23))])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="disk full"):
+            est.fit(X, y)
+    status = est.fit_status_
+    assert (status["status"], status["stopped_by"], status["steps_taken"]) == ("interrupted", "RuntimeError: disk full",
+                                                                               23)
+    assert any(str(w.message).startswith("the fit was interrupted at step 23 of 30 planned (RuntimeError: disk full), "
+                                         "with 7 draws kept") for w in caught)
+    fit_recording(est.set_params(callbacks__fails__at=-1), X, y, method="partial_fit")
+    assert est.fit_status_["status"] == "complete" and est.fit_status_["stopped_by"] is None
+
+
 def test_ctrl_c_in_the_burn_in_says_no_draw_was_kept(iris):
     """Before: interrupted in hmc's burn-in, fit returned with 0 draws and the next predict raised NotFittedError,
     with nothing said in between."""

@@ -528,12 +528,14 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             self.steps_remaining_ *= 3  # budget of up to 3x the planned length; DrawQuota stops at n_draws
         batch_size = run.resolve_batch_size(self.batch_size, len(X), type(self.sampler_).full_batch)
         epochs = 1 + -(-self.steps_remaining_ // -(-len(X) // batch_size))  # the budget ends the last one
+        error = None
         try:
             with run.deferred_interrupt(self), run.sampling_threads(self, X, batch_size):
                 super().partial_fit(X, y, epochs=epochs)
         except Exception as exc:
             if not isinstance(exc, DivergenceError):  # skorch's on_train_end follows only an interrupt
                 run.judge_unread_steps(self)
+                error = exc
             raise
         finally:
             for _, cb in self.callbacks_:
@@ -543,7 +545,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                            and self.fit_status_["status"] != "diverged")
             if len(self.history) > 100:  # keep skorch's epoch records bounded
                 del self.history[:-100]
-            run.finish_call(self, interrupted)
+            run.finish_call(self, interrupted, error)
             self._sync_module()
         return self
 

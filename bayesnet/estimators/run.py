@@ -721,9 +721,10 @@ def judge_unread_steps(net) -> None:
                               ConvergenceWarning, stacklevel=2)
 
 
-def finish_call(net, interrupted: bool) -> None:
+def finish_call(net, interrupted: bool, error: BaseException | None = None) -> None:
     """After a call: summaries and the run's status (``fit_status_``); a ConvergenceWarning for anything short
-    of a complete run (groups of chains in workers leave the warning to the estimator that merges them)."""
+    of a complete run (groups of chains in workers leave the warning to the estimator that merges them).
+    ``error``: the exception that stopped the run (recorded in ``stopped_by``; None for Ctrl-C)."""
     net.diagnostics_ = summarise(net)
     status = net.fit_status_
     compiled = net.__dict__.get("compiled_step_")
@@ -739,7 +740,7 @@ def finish_call(net, interrupted: bool) -> None:
         quota_done = status.get("stopped_by") == "draws collected"
         status["status"] = "interrupted" if interrupted and not quota_done else "complete"
         if status["status"] == "interrupted":
-            status["stopped_by"] = "interrupt"
+            status["stopped_by"] = "interrupt" if error is None else f"{type(error).__name__}: {error}"
         kept = _kept_per_quota_slot(net)
         if status["status"] == "complete" and (kept.size == 0 or kept.min() < net.n_draws):
             status["status"] = "short"
@@ -1010,8 +1011,10 @@ def warn_status(net) -> None:
         state = net.shards_[0].sampler_state_
     messages = []
     if status["status"] == "interrupted":
-        messages.append(f"the fit was interrupted at step {step} of {planned} planned, with {len(trace)} draws "
-                        "kept; partial_fit continues the planned run where it stopped.")
+        cause = status.get("stopped_by")
+        cause = f" ({cause})" if cause not in (None, "interrupt") else ""
+        messages.append(f"the fit was interrupted at step {step} of {planned} planned{cause}, with {len(trace)} "
+                        "draws kept; partial_fit continues the planned run where it stopped.")
     diverged = status["diverged_chains"]
     if diverged and status["status"] != "diverged":
         detail = "; ".join(f"chain {c} at step {d['step']} ({d['draws_kept']} draws kept, {d['draws_discarded']} "
