@@ -58,6 +58,10 @@ def test_round_trip_gives_identical_predictions(cls, arch, task, digits, tmp_pat
     assert back.get_params()["sampler__step_size"] == 2e-5 and back.input_shape_ == est.input_shape_
     with pytest.raises(ValueError, match="loaded from a model file.*call fit"):
         back.partial_fit(X, target)
+    warm = bayesnet.load(path).set_params(warm_start=True)  # asked to continue: told that it cannot, samples anew
+    with pytest.warns(UserWarning, match="warm_start=True, but this .* was loaded from a model file.*samples anew"):
+        warm.fit(X, target)
+    assert warm.n_draws_kept_ == 12 and warm.fit_status_["steps_taken"] == est.fit_status_["steps_taken"]
     back.fit(X, target)  # fit samples anew
     assert back.n_draws_kept_ == 12
 

@@ -431,6 +431,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         :meth:`partial_fit`. A fitted estimator keeps its draws when the new call is refused (bad data, an unknown
         fit parameter, an invalid hyperparameter): everything is checked, on a fresh copy, before skorch
         re-initialises it."""
+        if self.warm_start and getattr(self, "loaded_", False):  # (partial_fit refuses: fit samples anew, as asked)
+            warnings.warn(f"warm_start=True, but this {type(self).__name__} was loaded from a model file: it holds "
+                          "the draws, not the chains' sampler state, so fit samples anew (new chains, a new burn-in).",
+                          UserWarning, stacklevel=2)
         if not self.warm_start or not self.initialized_:
             if fit_params:
                 raise TypeError(f"{type(self).__name__}.fit got unexpected fit parameter(s) {sorted(fit_params)}; "
