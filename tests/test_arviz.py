@@ -299,3 +299,33 @@ def test_to_arviz_bad_input(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "arviz", None)  # as if ArviZ were not installed
     with pytest.raises(ImportError, match=r"bayesnet\[arviz\]"):
         BayesianMLPClassifier().to_arviz()
+
+
+def test_a_diverged_chain_is_left_out_of_the_export_not_cutting_the_others():
+    """A helper's user test: one of three chains diverged after 20 draws, and to_arviz, get_draws and summary cut
+    the two healthy chains to its 20 draws (dropping 60 of their 100) while convergence_ judged only the chains
+    that finished. Now the export holds the chains that finished, numbered as the trace's slots; the diverged
+    chain's draws stay in the predictions and in get_draws(group_by_chain=False)."""
+    from sklearn.datasets import load_iris
+
+    from bayesnet.testing import PoisonChain
+
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = BayesianMLPClassifier((4,), n_chains=3, n_draws=30, burn_in=100, thinning=5, random_state=0,
+                                    callbacks=[("poison", PoisonChain(chain=1, at_step=200))]).fit(X, y)
+    stored = list(net.trace_.stored_per_slot)
+    assert stored[0] == stored[2] == 30 and 0 < stored[1] < 30
+    idata = net.to_arviz()
+    assert dict(idata.posterior.sizes)["chain"] == 2 and dict(idata.posterior.sizes)["draw"] == 30
+    assert list(idata.posterior.coords["chain"].values) == [0, 2]
+    draws = net.get_draws()
+    assert all(v.shape[:2] == (2, 30) for v in draws.values())
+    assert all(v.shape[:2] == (2, 30) for v in net.get_sample_stats().values())
+    assert net.convergence_["log_likelihood"]["slots"] == [0, 2]
+    flat = net.get_draws(group_by_chain=False)
+    assert all(len(v) == 60 + stored[1] == net.n_draws_kept_ for v in flat.values())
+    assert len(net.predict_draws(X[:2])) == net.n_draws_kept_
+    summary = net.summary()
+    assert np.isfinite(summary.loc["potential", "r_hat"])

@@ -40,8 +40,11 @@ class ResultsMixin:
         Parameters
         ----------
         group_by_chain : bool, default=True
-            True: each array shaped ``(chain, draw, *shape)``, the chains cut to their shared length. False:
-            every draw of every chain on one axis, ``(n_draws_kept_, *shape)`` (NumPyro's ``get_samples``).
+            True: each array shaped ``(chain, draw, *shape)``, the chains that finished cut to their shared
+            length (a chain that diverged is left out, as the convergence checks leave it out, unless every chain
+            did: its draws from before stay in ``trace_`` and in the predictions). False: every draw of every
+            chain on one axis, ``(n_draws_kept_, *shape)`` (NumPyro's ``get_samples``), as the predictions use
+            them.
 
         Returns
         -------
@@ -53,7 +56,8 @@ class ResultsMixin:
             Before ``fit``.
         """
         check_is_fitted(self)
-        flat = self.trace_.as_array() if group_by_chain else self.trace_.draws().numpy().copy()  # not a view
+        flat = (self.trace_.as_array(active_only=True) if group_by_chain
+                else self.trace_.draws().numpy().copy())  # (not a view)
         import torch
 
         parts = self.trace_.unflatten(torch.as_tensor(flat))
@@ -64,7 +68,8 @@ class ResultsMixin:
 
         Returns
         -------
-        dict of str to ndarray, each ``(chain, draw)`` (or ``(n_draws_kept_,)`` with ``group_by_chain=False``)
+        dict of str to ndarray, each ``(chain, draw)`` (the chains of :meth:`get_draws`), or ``(n_draws_kept_,)``
+        with ``group_by_chain=False``
 
         Raises
         ------
@@ -73,7 +78,8 @@ class ResultsMixin:
         """
         check_is_fitted(self)
         trace = self.trace_
-        return {name: (trace.as_array(stat=name) if group_by_chain else trace.stat(name)) for name in trace.stat_names}
+        return {name: (trace.as_array(stat=name, active_only=True) if group_by_chain else trace.stat(name))
+                for name in trace.stat_names}
 
     def get_step_stats(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The sampler's statistics at every step of the recorded window (the last 4096 steps), per member.
@@ -104,8 +110,8 @@ class ResultsMixin:
     def _scalar_series(self) -> dict[str, np.ndarray]:
         """The scalar quantities the summary reports, each ``(chain, draw)``."""
         trace = self.trace_
-        series = {"potential": trace.as_array(potentials=True)}
-        draws = trace.as_array()
+        series = {"potential": trace.as_array(potentials=True, active_only=True)}
+        draws = trace.as_array(active_only=True)
         if draws.shape[1] >= 1:
             directions = np.random.default_rng(0).normal(size=(3, draws.shape[2]))
             directions /= np.linalg.norm(directions, axis=1, keepdims=True)
@@ -160,7 +166,9 @@ class ResultsMixin:
         ``(chain, draw, ...)``; ``sample_stats`` the sampler's statistics at each draw, named as ArviZ expects
         (``lp`` = minus the potential, ``energy`` = potential plus kinetic energy for samplers with momenta,
         ``acceptance_rate``, ``diverging``, ``step_size``, ...), so that ``arviz.summary``, ``plot_trace``,
-        ``plot_rank`` and ``plot_ess`` work on a fitted estimator.
+        ``plot_rank`` and ``plot_ess`` work on a fitted estimator. The chains are those of :meth:`get_draws`
+        (a chain that diverged left out), the ``chain`` coordinate numbering them as ``trace_``'s slots do (a
+        chain, or a walker or replica for eqn and pt-langevin).
 
         Raises
         ------
@@ -188,4 +196,5 @@ class ResultsMixin:
                 continue
             key = (declared[name].arviz if name in declared else None) or name
             sample_stats[key] = value.astype(bool) if key == "diverging" else value
-        return az.from_dict(posterior=posterior, sample_stats=sample_stats)
+        chains, _ = self.trace_.common_slots(active_only=True)
+        return az.from_dict(posterior=posterior, sample_stats=sample_stats, coords={"chain": chains})
