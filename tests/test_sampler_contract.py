@@ -258,3 +258,13 @@ def test_a_summed_potential_of_several_members_is_refused_where_each_members_is_
     with pytest.raises(ValueError, match=rf"{name}: the potential returned a value of shape \(\); .* one value per "
                                          "member"):
         sampler.step(state, pot, None)
+    # one chain without a chain axis and a potential that forgot to sum its terms (before: torch's "shape '[5]' is
+    # invalid for input of size 1" from hmc, "shape '[]' ..." from tacthmc); pt-langevin's replicas are an axis
+    members = sampler.members_per_chain()
+    start = torch.zeros((members, 5) if members > 1 else (5,), dtype=torch.float64)
+    pot = FunctionPotential(lambda p, b: 0.5 * p[0] ** 2, [start])
+    state = sampler.init(pot.parameters, 0)
+    words = "one value per member" if members > 1 else "for one chain without a chain axis it must return a scalar"
+    with pytest.raises(ValueError, match=rf"{name}: the potential returned a value of shape \({members if members > 1 else 5}"
+                                         rf".*{words}"):
+        sampler.step(state, pot, None)

@@ -598,18 +598,24 @@ class Sampler(BaseEstimator):
     member_potentials: ClassVar[bool] = False
 
     def _check_potential_shape(self, state: SamplerState, potential: Potential, batch: Any) -> None:
-        """:attr:`member_potentials`, checked once, at the first step (one more evaluation). Before: hmc,
-        pt-langevin and tacthmc failed inside torch on a summed (0-d) value."""
+        """The potential's shape for the :attr:`member_potentials` samplers, checked once, at the first step (one
+        more evaluation): a scalar for one chain without a chain axis, one value per member with one. Before: hmc,
+        pt-langevin and tacthmc failed inside torch on a summed (0-d) value, or on a vector for one chain."""
         from ..posterior import FunctionPotential
 
         size = state.layout.n_members
-        if not self.member_potentials or size is None or size == 1 or not isinstance(potential, FunctionPotential):
-            return
+        if not self.member_potentials or not isinstance(potential, FunctionPotential) or size == 1:
+            return  # (the others read the gradient of the value's sum: a sum over members or terms serves them)
         shape = tuple(potential.value(batch).shape)
-        if shape != (size,):
-            raise ValueError(f"{self.name}: the potential returned a value of shape {shape}; with "
-                             f"{state.layout.n_chains} chain(s) of {state.layout.members_per_chain} member(s) it must "
-                             f"return one value per member, shape ({size},).")
+        if size is None and shape != ():  # one chain without a member axis: a scalar (before: hmc and tacthmc failed
+            # inside torch on a vector of terms)
+            raise ValueError(f"{self.name}: the potential returned a value of shape {shape}; for one chain "
+                             "without a chain axis it must return a scalar (sum the terms).")
+        if size is not None and shape != (size,):
+            chains = (f"{state.layout.n_chains} chain(s)" if state.layout.n_chains is not None else "one chain")
+            raise ValueError(f"{self.name}: the potential returned a value of shape {shape}; with {chains} of "
+                             f"{state.layout.members_per_chain} member(s) it must return one value per member, "
+                             f"shape ({size},).")
 
     def gibbs_step(self, state: SamplerState, potential: Potential) -> None:
         """The prior's Gibbs step on its hyperparameters, when due (:meth:`step` calls it first)."""
