@@ -629,7 +629,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=64,
                         help="steps per timed repeat of the kernel, hand-written and SGD loops (default 64)")
     parser.add_argument("--estimator-steps", type=int, default=256,
-                        help="sampler steps of each timed estimator fit, rounded up to whole epochs "
+                        help="sampler steps of each timed estimator fit "
                              "(default 256, 8 epochs; the fit's one-off setup, ~7 ms, is then ~2%% of it)")
     parser.add_argument("--repeats", type=int, default=31,
                         help="interleaved timing rounds; each times every variant once (default 31)")

@@ -707,6 +707,20 @@ def test_an_interrupted_run_resumes_under_new_n_draws_or_thinning(iris, change):
         assert list(steps) == [21, 23, 25] and int(est.sampler_state_.step) == 26
 
 
+def test_an_interrupted_pt_langevin_run_resumes_to_its_cold_replicas_draws(iris):
+    """The resumed plan counts the draws of the members that keep n_draws (pt-langevin's temperature-1 replica;
+    the hot ones keep fewer by design): the reviewer's case planned 49 steps where a fresh plan has 45, and the
+    cold replica's surplus pushed its first draws after the burn-in out."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(4,), sampler="pt-langevin", n_draws=20, burn_in=20, thinning=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier(**kw, callbacks=[("sigint", SigintAt(35))]).fit(X, y)
+        fit_recording(est.set_params(n_draws=25), X, y, method="partial_fit")
+    assert int(est.sampler_state_.step) == 20 + 25 and est.fit_status_["status"] == "complete"
+    assert est.trace_.steps[0] == 21  # the cold replica's first draw after the burn-in is still there
+
+
 def test_non_finite_draws_with_the_divergence_monitor_off_are_named(iris):
     """With the monitor off (callbacks__divergence=None) a chain gone non-finite runs on and its due draws are
     refused by the trace: the shortfall says so, with the count per chain. Before, the warning blamed
@@ -719,6 +733,14 @@ def test_non_finite_draws_with_the_divergence_monitor_off_are_named(iris):
     message = next(m for m in messages if "5 of n_draws=10 draws were kept" in m)
     assert "not finite were not kept (chain 0: 5)" in message and "callbacks__divergence=None" in message
     assert "max_epochs" not in message
+    # with the monitor on, the diverged chain is reported as such and a short run keeps its own reason (the
+    # reviewer's: the first version said the monitor was off, and hid max_epochs)
+    est = BayesianMLPClassifier((8,), n_chains=2, n_draws=50, burn_in=50, thinning=1, max_epochs=40, random_state=0,
+                                callbacks=[("p", PoisonChain(chain=0, at_step=60))])
+    messages = fit_recording(est, X, y)
+    assert list(est.fit_status_["diverged_chains"]) == [0]
+    message = next(m for m in messages if "draws were kept per chain" in m)
+    assert "max_epochs=40 is shorter" in message and "not finite" not in message
 
 
 def test_max_epochs_shorter_than_the_burn_in_warns(iris):
@@ -1293,8 +1315,9 @@ def test_the_draw_quota_counts_judged_draws_only(iris):
                                 thinning=1, sampler__steps_per_sample=1, random_state=0,
                                 callbacks__divergence=monitor)
     est.fit(X, y)
-    first_step, stopped_by = monitor.calls[0]
-    assert stopped_by is None and first_step < est.sampler_state_.step + 1  # asked by the quota, before it stopped
+    # asked by the quota before it stopped the run (then again at the run's end, the stop recorded)
+    assert monitor.calls[0] == (int(est.sampler_state_.step), None)
+    assert monitor.calls[-1] == (int(est.sampler_state_.step), "draws collected")
     assert not est.trace_.active[1]
     assert est.fit_status_["stopped_by"] == "draws collected" and est.trace_.stored_per_slot[0] == 30
 

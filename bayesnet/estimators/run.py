@@ -425,7 +425,8 @@ def _resumed_length(net, step: int) -> int:
     (``kept_at_call_start_``); samplers that collect only some steps (tacthmc) get a length at the ideal rate,
     which their draw quota ends or extends."""
     trace = net.trace_
-    active = trace.active
+    quota = np.asarray(net.sampler_.quota_members(net.layout_), dtype=bool)  # pt-langevin: its cold replicas
+    active = trace.active & (quota if quota.shape == trace.active.shape else True)
     if not active.any():
         return step
     start = getattr(net, "kept_at_call_start_", None)
@@ -960,16 +961,21 @@ def unsettled_warmup(state) -> str | None:
 
 
 def refused_draws(net) -> dict:
-    """Due draws refused for not being finite in this call, per chain (``{chain: count}``; the groups' of an
-    ``n_jobs`` fit by their global chain numbers)."""
+    """Due draws refused for not being finite in this call with the divergence monitor off, per chain
+    (``{chain: count}``, the most among its members; the groups' of an ``n_jobs`` fit by their global chain
+    numbers)."""
+    from .callbacks import DivergenceMonitor
+
     shards = getattr(net, "shards_", None) or [net]
     out = {}
     for shard in shards:
+        if any(isinstance(cb, DivergenceMonitor) for _, cb in getattr(shard, "callbacks_", None) or ()):
+            continue  # the monitor retires such a chain and reports it as diverged
         first = shard.group_[1] if getattr(shard, "group_", None) is not None else 0
         per_chain = max(int(shard.layout_.members_per_chain), 1) if getattr(shard, "layout_", None) else 1
         for slot, n in shard.__dict__.get("nonfinite_this_call_", {}).items():
-            chain = first + int(slot) // per_chain
-            out[chain] = out.get(chain, 0) + int(n)
+            chain = first + int(slot) // per_chain  # the most refused among the chain's members (walkers, replicas)
+            out[chain] = max(out.get(chain, 0), int(n))
     return out
 
 
