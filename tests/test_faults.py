@@ -945,7 +945,8 @@ def test_set_params_on_a_fitted_estimator_refuses_skorch_parts_and_loses_nothing
 
     counter = Counts()
     fit_recording(off.set_params(callbacks=[("count", counter)], callbacks__count__steps=3), X, y)
-    assert counter.steps == 3 + 20 + 5 * 10 and len(off.trace_) == 5  # callbacks__count__steps applied, then a step each
+    # callbacks__count__steps applied, then one count a step
+    assert counter.steps == 3 + 20 + 5 * 10 and len(off.trace_) == 5
 
 
 def test_skorch_callbacks_around_an_optimiser_are_refused(iris, tmp_path):

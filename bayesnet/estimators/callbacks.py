@@ -389,8 +389,8 @@ def _terms_at(history, steps: np.ndarray, n_members: int) -> np.ndarray:
 class DrawQuota(Callback):
     """Ends the run once this call has stored ``n_draws`` draws in every active slot (a fast chain keeps its
     newest), for samplers that collect only some of their steps (``steps_per_draw() > 1``, e.g. tacthmc), whose
-    planned length assumes the ideal fraction of collected steps. Stops as skorch's ``EarlyStopping`` does (``KeyboardInterrupt``) and records
-    ``"draws collected"`` in the estimator's ``fit_status_``."""
+    planned length assumes the ideal fraction of collected steps. Stops as skorch's ``EarlyStopping`` does
+    (``KeyboardInterrupt``) and records ``"draws collected"`` in the estimator's ``fit_status_``."""
 
     def on_batch_end(self, net, training=False, stored=None, **kwargs):
         if not training or not stored or net.sampler_.steps_per_draw() <= 1 or net.max_epochs is not None:

@@ -83,6 +83,7 @@ def fit_groups(net, X, y, classes) -> None:
     from .run import seed_base
 
     fresh = not getattr(net, "shards_", None)
+    resuming = []  # the groups a continued fit resumes (the others wait for them); none for a fresh fit
     net._validate_fit_data(X, y, reset=fresh, classes=classes)  # bad data fails here, before any worker starts
     if fresh:
         base = seed_base(net.random_state)
@@ -116,8 +117,7 @@ def fit_groups(net, X, y, classes) -> None:
                              f"change {detail} in a later call, once every group has finished.")
         shards = [shard.set_params(**{k: new for k, (new, _) in c.items()}) if c else shard
                   for shard, c in zip(net.shards_, changes)]
-    tasks = {i: (shard, X, y, classes) for i, shard in enumerate(shards)
-             if fresh or not resuming or i in resuming}
+    tasks = {i: (shard, X, y, classes) for i, shard in enumerate(shards) if not resuming or i in resuming}
     done, lost = _run(tasks, net.n_jobs)
     for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
         more, _ = _run({i: tasks[i]}, 2)

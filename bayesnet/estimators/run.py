@@ -425,8 +425,7 @@ def _resumed_length(net, step: int) -> int:
     (``kept_at_call_start_``); samplers that collect only some steps (tacthmc) get a length at the ideal rate,
     which their draw quota ends or extends."""
     trace = net.trace_
-    quota = np.asarray(net.sampler_.quota_members(net.layout_), dtype=bool)  # pt-langevin: its cold replicas
-    active = trace.active & (quota if quota.shape == trace.active.shape else True)
+    active = _quota_slots(net)  # pt-langevin: its cold replicas
     if not active.any():
         return step
     start = getattr(net, "kept_at_call_start_", None)
@@ -686,13 +685,18 @@ def pointwise_summary(ll: np.ndarray) -> dict:
             "rows": int(ll.shape[2])}
 
 
-def _kept_per_quota_slot(net) -> np.ndarray:
-    """Draws stored per active trace slot among those that are to keep ``n_draws``
+def _quota_slots(net) -> np.ndarray:
+    """Bool mask of the active trace slots among those that are to keep ``n_draws``
     (:meth:`~bayesnet.samplers.Sampler.quota_members`)."""
     trace = net.trace_
     mask = np.asarray(net.sampler_.quota_members(net.layout_), dtype=bool)
     mask = mask if mask.shape == trace.active.shape else np.ones_like(trace.active)
-    return trace.stored_per_slot[trace.active & mask]
+    return trace.active & mask
+
+
+def _kept_per_quota_slot(net) -> np.ndarray:
+    """Draws stored per active trace slot among those that are to keep ``n_draws``."""
+    return net.trace_.stored_per_slot[_quota_slots(net)]
 
 
 def least_kept_per_chain(net) -> int:

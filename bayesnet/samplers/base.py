@@ -607,8 +607,8 @@ class Sampler(BaseEstimator):
         if not self.member_potentials or not isinstance(potential, FunctionPotential) or size == 1:
             return  # (the others read the gradient of the value's sum: a sum over members or terms serves them)
         shape = tuple(potential.value(batch).shape)
-        if size is None and shape not in ((), (1,)):  # one chain without a member axis: a scalar (before: hmc and tacthmc failed
-            # inside torch on a vector of terms)
+        # one chain without a member axis: a scalar (before: hmc and tacthmc failed inside torch on a vector of terms)
+        if size is None and shape not in ((), (1,)):
             raise ValueError(f"{self.name}: the potential returned a value of shape {shape}; for one chain "
                              "without a chain axis it must return a scalar (sum the terms).")
         if size is not None and shape != (size,):
