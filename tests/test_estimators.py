@@ -370,6 +370,30 @@ def test_interrupting_a_tacthmc_fit_stops_it(cancer):
     assert clf.fit_status_["status"] == "interrupted" and clf.fit_status_["steps_taken"] == 150
 
 
+def test_a_fit_interrupted_before_its_first_draw_says_so_when_used(cancer):
+    """Predicting after a fit stopped before its first draw raised scikit-learn's "call fit" NotFittedError,
+    though the fit had run and partial_fit continues it; the error now says what happened and what to do."""
+    from sklearn.exceptions import NotFittedError
+    from skorch.callbacks import Callback
+
+    class StopAt(Callback):
+        def on_batch_end(self, net, training=False, **kwargs):
+            if training and net.sampler_state_.step == 20:
+                raise KeyboardInterrupt
+
+    Xtr, Xte, ytr, _ = cancer
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(8,), n_draws=5, burn_in=60, batch_size=64, random_state=0,
+                                callbacks=[("stop", StopAt())])
+    with pytest.warns(ConvergenceWarning, match="interrupted at step 20 of"):
+        clf.fit(Xtr, ytr)
+    for use in (clf.predict, clf.predict_proba):
+        with pytest.raises(NotFittedError, match=r"holds no posterior draws: its fit ended 'interrupted' at step 20 "
+                                                 r"of \d+ .*partial_fit continues"):
+            use(Xte)
+    with pytest.raises(NotFittedError, match="Call 'fit'"):  # never fitted: scikit-learn's own message
+        BayesianMLPClassifier().predict(Xte)
+
+
 @pytest.mark.parametrize("sampler", ["sghmc", "sgld", "eqn"])
 def test_an_explicit_step_size_overrides_an_interrupted_warm_up(cancer, sampler):
     """A fit interrupted inside its warm-up and continued with ``sampler__step_size=...`` runs the rest of its

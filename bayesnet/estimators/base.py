@@ -26,7 +26,7 @@ from skorch import NeuralNet
 from skorch.callbacks import Callback
 from sklearn.base import clone
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import validate_data
 
 from ..predictive import PosteriorPredictive
 from ..priors import make_prior
@@ -702,7 +702,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def _draw_parameters(self, device=None) -> list[torch.Tensor]:
         """The draws shaped like the parameters, ``(n_draws_kept_, *shape)`` each; with ``device``, moved there
         in one transfer of the flat draws (a view of the trace where they lie in order) and split there."""
-        check_is_fitted(self)
+        self._check_fitted()
         draws = self.trace_.draws()
         return self.trace_.unflatten(draws if device is None else draws.to(device, non_blocking=True))
 
@@ -721,7 +721,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             For input the estimator's methods refuse (shape, NaN), and for a model read from a file
             (:func:`bayesnet.load`), which holds the draws but no chain position.
         """
-        check_is_fitted(self)
+        self._check_fitted()
         if getattr(self, "loaded_", False):
             raise ValueError(f"this {type(self).__name__} was loaded from a model file: it holds the draws, not the "
                              "chains' positions, so module_ is not a fitted network; predict_draws, predict_proba "
@@ -734,7 +734,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 yield self.module_(xb.to(self.device_)).to(device)
 
     def _predictive(self) -> PosteriorPredictive:
-        check_is_fitted(self)  # (before device_, which an unfitted estimator does not have)
+        self._check_fitted()  # (before device_, which an unfitted estimator does not have)
         params = self._draw_parameters(self.device_)
         names = [name for name, p in self.module_.named_parameters() if p.requires_grad]
         return PosteriorPredictive(self.module_, names, params[: len(names)], self.device_)

@@ -21,16 +21,31 @@ __all__ = ["ResultsMixin"]
 class ResultsMixin:
     """``get_draws``, ``get_sample_stats``, ``get_step_stats``, ``summary`` and ``to_arviz`` for the estimators."""
 
+    def _check_fitted(self) -> None:
+        """scikit-learn's ``check_is_fitted``; after a fit that kept no draw (interrupted or diverged before its
+        first draw), its ``NotFittedError`` says so and what continues it, not "call fit"."""
+        status = getattr(self, "fit_status_", None)
+        msg = None
+        if status is not None and not self.__sklearn_is_fitted__():
+            how = {"interrupted": "partial_fit continues the planned run where it stopped",
+                   "diverged": "fit again with a smaller step_size (see the fit's warning)"}.get(
+                       status.get("status"), "fit again")
+            where = (f" at step {status['steps_taken']} of {status['steps_planned']}"
+                     if "steps_taken" in status and "steps_planned" in status else "")
+            msg = (f"This {type(self).__name__} holds no posterior draws: its fit ended {status.get('status')!r}"
+                   f"{where} before its first draw was kept (fit_status_); {how}.").replace("%", "%%")  # (a format)
+        check_is_fitted(self, msg=msg)
+
     @property
     def n_draws_kept_(self) -> int:
         """Posterior draws kept, all chains together (``n_draws`` is per chain)."""
-        check_is_fitted(self)
+        self._check_fitted()
         return len(self.trace_)
 
     def parameter_names(self) -> list[str]:
         """Names of the sampled parameters: the network's (``named_parameters``), then the likelihood's
         prefixed ``likelihood.`` (the regressors' ``likelihood.log_noise_variance``)."""
-        check_is_fitted(self)
+        self._check_fitted()
         return ([n for n, p in self.module_.named_parameters() if p.requires_grad]
                 + [f"likelihood.{n}" for n, p in self.criterion_.named_parameters() if p.requires_grad])
 
@@ -55,7 +70,7 @@ class ResultsMixin:
         sklearn.exceptions.NotFittedError
             Before ``fit``.
         """
-        check_is_fitted(self)
+        self._check_fitted()
         flat = (self.trace_.as_array(active_only=True) if group_by_chain
                 else self.trace_.draws().numpy().copy())  # (not a view)
         import torch
@@ -76,7 +91,7 @@ class ResultsMixin:
         sklearn.exceptions.NotFittedError
             Before ``fit``.
         """
-        check_is_fitted(self)
+        self._check_fitted()
         trace = self.trace_
         return {name: (trace.as_array(stat=name, active_only=True) if group_by_chain else trace.stat(name))
                 for name in trace.stat_names}
@@ -97,7 +112,7 @@ class ResultsMixin:
         ValueError
             For a model read from a file (:func:`bayesnet.load`).
         """
-        check_is_fitted(self)
+        self._check_fitted()
         if getattr(self, "loaded_", False):
             raise ValueError(f"this {type(self).__name__} was loaded from a model file, which holds the draws and "
                              "their statistics (summary, to_arviz), not the per-step statistics of the run.")
@@ -147,7 +162,7 @@ class ResultsMixin:
 
         if isinstance(prob, bool) or not isinstance(prob, Real) or not 0 < prob < 1:  # (None: a TypeError before)
             raise ValueError(f"prob must be in (0, 1), got {prob!r}.")
-        check_is_fitted(self)
+        self._check_fitted()
         lo_q, hi_q = (1 - prob) / 2, (1 + prob) / 2
         rows = {}
         for name, x in self._scalar_series().items():
@@ -182,7 +197,7 @@ class ResultsMixin:
         except ImportError as exc:
             raise ImportError("to_arviz needs ArviZ, an optional dependency: pip install \"bayesnet[arviz]\" "
                               "(or pip install arviz).") from exc
-        check_is_fitted(self)
+        self._check_fitted()
         posterior = {name.replace(".", "_"): v for name, v in self.get_draws().items()}
         stats = self.get_sample_stats()
         sample_stats = {}
