@@ -343,6 +343,9 @@ def test_rnn_takes_windows_and_takens_pipelines(henon):
         seq.predict(Xte[:, :, None])
     with pytest.raises(ValueError, match=r"samples of shape \(3, 2\), but .* fitted with samples of shape \(4, 2\)"):
         seq.predict(np.stack([Xte, Xte ** 2], axis=2)[:, :3])  # (before: "X has 3 features, ... expecting 4")
+    with pytest.raises(ValueError, match="expecting 3 features as input: a 2-D X holds one univariate sequence per "
+                                         "row, so these are sequences of 4 time steps where the fit's had 3"):
+        reg.predict(Xte)  # (scikit-learn's words, which its checks read, and what they count)
     with pytest.raises(ValueError, match="n_lags must be a positive integer, got True"):
         make_forecasting_windows(s, n_lags=True)
     with pytest.raises(ValueError, match="expects X of shape"):

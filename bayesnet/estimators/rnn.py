@@ -57,6 +57,18 @@ class _RNNNet(BayesianNeuralNet):
 
     _input_feature_axis = -1  # (n, n_timesteps, n_features): statistics over the rows and the steps
 
+    def _check_samples_shape(self, X, reset: bool):
+        """A 2-D X holds one univariate sequence per row: its columns are time steps, which scikit-learn's count
+        calls features ("X has 10 features, but ... is expecting 12"); the message keeps scikit-learn's words
+        and says what they count."""
+        X = super()._check_samples_shape(X, reset)
+        fitted, shape = getattr(self, "input_shape_", None), getattr(X, "shape", None)
+        if not reset and fitted is not None and shape is not None and len(shape) == 2 and shape[1] != fitted[0]:
+            raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} is expecting {fitted[0]} features "
+                             "as input: a 2-D X holds one univariate sequence per row, so these are sequences of "
+                             f"{shape[1]} time steps where the fit's had {fitted[0]}.")
+        return X
+
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         if X.ndim == 2:
             X = X[:, :, None]  # univariate sequences
