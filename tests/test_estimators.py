@@ -213,6 +213,19 @@ def test_bad_data(cancer, fitted_clf):
         fitted_clf.predict_proba(Xte, return_interval=True, level=1.5)
 
 
+def test_a_column_vector_y_warns_once(cancer):
+    """fit validates the data on a fresh copy before it re-initialises (a refused call keeps the draws), then
+    again as it fits: scikit-learn's DataConversionWarning for a column-vector y came twice."""
+    from sklearn.exceptions import DataConversionWarning
+
+    Xtr, _, ytr, _ = cancer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = BayesianMLPClassifier(**FAST).fit(Xtr, ytr[:, None])
+    assert sum(issubclass(w.category, DataConversionWarning) for w in caught) == 1
+    assert clf.classes_.tolist() == [0, 1]
+
+
 def test_divergence_stops_with_a_clear_error_and_keeps_draws(cancer):
     """A single chain that blows up raises DivergenceError naming the step and the fix; the draws from before
     it left its typical set are kept (finite, usable), the later ones discarded, and fit_status_ says so."""

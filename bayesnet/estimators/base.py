@@ -440,6 +440,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 raise TypeError(f"{type(self).__name__}.fit got unexpected fit parameter(s) {sorted(fit_params)}; "
                                 "sample weights and forward arguments are not supported.")
             probe = clone(self)
+            probe._probe = True  # (its validation's warnings are the fit's own, given once when the fit validates)
             probe._validate_hyperparameters()
             Xv, _ = probe._validate_fit_data(X, y, reset=True)
             run.make_plan(probe, len(Xv))  # burn_in="auto" resolved from the data (a warm-up that outlasts it)

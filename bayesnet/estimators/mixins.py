@@ -28,7 +28,7 @@ class BayesianClassifierMixin(ClassifierMixin):
     """Classification head: categorical likelihood, Monte Carlo class probabilities."""
 
     def _validate_targets(self, y, reset: bool, classes=None):
-        y = column_or_1d(y, warn=True)
+        y = column_or_1d(y, warn=not vars(self).get("_probe", False))  # (fit's probe: the fit itself warns)
         check_classification_targets(y)
         if reset:
             encoder = LabelEncoder().fit(y if classes is None else np.asarray(classes))
