@@ -115,6 +115,14 @@ def test_samples_only_every_k_steps_at_unit_temperature():
     assert n_draws > 0 and n_off_plateau_multiples > 0  # both cases happened
     frac = s.plateau_fraction(state)
     assert frac.shape == (64,) and 0.0 < float(frac.mean()) < 1.0
+    # the shortfall hint names the lowest running chain, not a retired one (a diverged chain stops its clock)
+    low = int(frac.argmin())
+    assert f"chain {low}'s" in s.shortfall_hint(state)
+    active = np.ones(64, dtype=bool)
+    active[low] = False
+    second = int(torch.where(torch.as_tensor(active), frac, torch.inf).argmin())
+    assert f"chain {second}'s" in s.shortfall_hint(state, active)
+    assert f"{float(frac[torch.as_tensor(active)].mean()):.1%} of the steps" in s.shortfall_hint(state, active)
 
 
 def test_single_chain_without_chain_axis_and_pickling():

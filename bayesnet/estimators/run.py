@@ -1047,7 +1047,10 @@ def warn_status(net) -> None:
         least = least_kept_per_chain(net)
         # max_epochs sets the run's length: it, not the sampler, is why a run it ends is short (tacthmc's plateau
         # figure over a run cut before its burn-in ended said nothing)
-        hint = net.sampler_.shortfall_hint(state) if state is not None and net.max_epochs is None else ""
+        hint = ""
+        if state is not None and net.max_epochs is None:  # (the running chains: a retired one is not waited for)
+            active = None if getattr(net, "shards_", None) else trace.active.reshape(int(net.n_chains), -1).any(1)
+            hint = net.sampler_.shortfall_hint(state, active)
         refused = refused_draws(net)
         if refused:  # a chain gone non-finite that nothing stopped (the divergence monitor off): its draws refused
             detail = ", ".join(f"chain {c}: {n}" for c, n in sorted(refused.items()))

@@ -407,9 +407,10 @@ class Sampler(BaseEstimator):
 
         return np.ones(layout.chains * layout.members_per_chain, dtype=bool)
 
-    def shortfall_hint(self, state: SamplerState) -> str:
+    def shortfall_hint(self, state: SamplerState, active=None) -> str:
         """Why a run may keep fewer draws than planned, and what to change (samplers that collect only some
-        steps)."""
+        steps). ``active``: bool per chain, the chains still running (None: all); a retired (diverged) chain's
+        figures are not the run's."""
         return ""
 
     # ------------------------------------------------------------------ #

@@ -626,9 +626,13 @@ class TACTHMC(Sampler):
                 f"{state.tempering_step_size:g}), whose kick on the tempering variable grows with the "
                 "size of the potential")
 
-    def shortfall_hint(self, state: TACTHMCState) -> str:
+    def shortfall_hint(self, state: TACTHMCState, active=None) -> str:
         per_chain = self.plateau_fraction(state).reshape(-1)
-        frac, low = float(per_chain.mean()), int(per_chain.argmin())
+        chains = torch.arange(per_chain.numel())
+        if active is not None and len(active) == per_chain.numel() and any(active):  # the running chains only
+            chains = chains[torch.as_tensor(active, dtype=torch.bool)]
+        frac = float(per_chain[chains].mean())
+        low = int(chains[per_chain[chains].argmin()])
         # with several chains the shortest one is the one the run waited for: name it
         worst = f", chain {low}'s {float(per_chain[low]):.1%}" if per_chain.numel() > 1 else ""
         return (f"the tempering variable spent {frac:.1%} of the steps at unit temperature{worst} (the ideal is "
