@@ -1375,3 +1375,15 @@ def test_a_divergence_after_a_warm_up_too_short_to_settle_says_so_first(sampler)
     # the command line's words: its options, the burn-in's among them
     cli = _cli_words(message)
     assert "increase --burn-in (now 10 steps) first" in cli and "now --step-size 'auto', which the warm-up" in cli
+
+
+@pytest.mark.slow  # (a killed worker and its group's rerun: 25 s here)
+def test_after_a_lost_first_group_the_exports_keep_the_chains_numbers(iris):
+    """With chains 0-1's worker killed, the surviving chains are 2 and 3; ArviZ's chain coordinate numbered them
+    0 and 1 (the merged trace's slots), contrary to fit_status_ and the warnings."""
+    pytest.importorskip("arviz")
+    X, y = iris
+    est = BayesianMLPClassifier(**GROUPS, callbacks=[("fault", WorkerFault((0,), 30, "kill"))])
+    messages = fit_recording(est, X, y)
+    assert est.fit_status_["lost_chains"] == [0, 1], messages
+    assert est.to_arviz().posterior.chain.values.tolist() == [2, 3]

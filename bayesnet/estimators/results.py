@@ -183,7 +183,8 @@ class ResultsMixin:
         ``acceptance_rate``, ``diverging``, ``step_size``, ...), so that ``arviz.summary``, ``plot_trace``,
         ``plot_rank`` and ``plot_ess`` work on a fitted estimator. The chains are those of :meth:`get_draws`
         (a chain that diverged left out), the ``chain`` coordinate numbering them as ``trace_``'s slots do (a
-        chain, or a walker or replica for eqn and pt-langevin).
+        chain, or a walker or replica for eqn and pt-langevin), with the fit's own numbers after a lost worker
+        group (``n_jobs``: the surviving chains keep theirs).
 
         Raises
         ------
@@ -212,4 +213,18 @@ class ResultsMixin:
             key = (declared[name].arviz if name in declared else None) or name
             sample_stats[key] = value.astype(bool) if key == "diverging" else value
         chains, _ = self.trace_.common_slots(active_only=True)
-        return az.from_dict(posterior=posterior, sample_stats=sample_stats, coords={"chain": chains})
+        numbers = self._slot_numbers()
+        return az.from_dict(posterior=posterior, sample_stats=sample_stats,
+                            coords={"chain": [numbers[s] for s in chains]})
+
+    def _slot_numbers(self) -> list[int]:
+        """The fit's number of each of ``trace_``'s slots: the slot itself, except after worker groups (``n_jobs``)
+        were lost, when the merged trace holds only the surviving groups' slots (each group's chains keep their
+        numbers, ``fit_status_["lost_chains"]`` those of the lost ones)."""
+        shards = getattr(self, "shards_", None)
+        if not shards or not all(hasattr(shard, "group_") for shard in shards):
+            return list(range(self.trace_.n_slots))
+        members = self.layout_.members_per_chain
+        numbers = [(shard.group_[1] + c) * members + j for shard in shards
+                   for c in range(int(shard.n_chains)) for j in range(members)]
+        return numbers if len(numbers) == self.trace_.n_slots else list(range(self.trace_.n_slots))
