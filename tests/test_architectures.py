@@ -346,6 +346,11 @@ def test_rnn_takes_windows_and_takens_pipelines(henon):
     with pytest.raises(ValueError, match="expecting 3 features as input: a 2-D X holds one univariate sequence per "
                                          "row, so these are sequences of 4 time steps where the fit's had 3"):
         reg.predict(Xte)  # (scikit-learn's words, which its checks read, and what they count)
+    with pytest.raises(ValueError, match=r"expecting 4 features as input: .*sequences of shape \(4, 2\) "
+                                         r"\(n_timesteps, n_features\): pass X of shape \(n_samples, 4, 2\)"):
+        seq.predict(np.stack([Xte, Xte ** 2], axis=2).reshape(len(Xte), -1))  # flattened multivariate sequences
+    with pytest.raises(ValueError, match="sequences of 2 different lengths .*pad or cut"):
+        BayesianRNNClassifier(**SMALL_RNN, **SHORT).fit([np.zeros((3, 1)), np.zeros((4, 1))] * 10, np.arange(20) % 2)
     with pytest.raises(ValueError, match="n_lags must be a positive integer, got True"):
         make_forecasting_windows(s, n_lags=True)
     with pytest.raises(ValueError, match="expects X of shape"):

@@ -61,12 +61,22 @@ class _RNNNet(BayesianNeuralNet):
         """A 2-D X holds one univariate sequence per row: its columns are time steps, which scikit-learn's count
         calls features ("X has 10 features, but ... is expecting 12"); the message keeps scikit-learn's words
         and says what they count."""
+        if isinstance(X, (list, tuple)) and len(X) and hasattr(X[0], "__len__"):
+            lengths = {len(x) for x in X}
+            if len(lengths) > 1:  # (numpy's own error: "inhomogeneous shape after 1 dimensions")
+                raise ValueError(f"X holds sequences of {len(lengths)} different lengths ({min(lengths)} to "
+                                 f"{max(lengths)} steps): {type(self).__name__} takes sequences of one length; pad "
+                                 "or cut them to one length, or make fixed-length windows "
+                                 "(bayesnet.timeseries.make_forecasting_windows).")
         X = super()._check_samples_shape(X, reset)
         fitted, shape = getattr(self, "input_shape_", None), getattr(X, "shape", None)
         if not reset and fitted is not None and shape is not None and len(shape) == 2 and shape[1] != fitted[0]:
+            what = (f"so these are sequences of {shape[1]} time steps where the fit's had {fitted[0]}"
+                    if fitted[1] == 1 else
+                    f"but the fit's samples were sequences of shape {tuple(fitted)} (n_timesteps, n_features): pass X "
+                    f"of shape (n_samples, {fitted[0]}, {fitted[1]})")
             raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} is expecting {fitted[0]} features "
-                             "as input: a 2-D X holds one univariate sequence per row, so these are sequences of "
-                             f"{shape[1]} time steps where the fit's had {fitted[0]}.")
+                             f"as input: a 2-D X holds one univariate sequence per row, {what}.")
         return X
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
