@@ -159,6 +159,23 @@ def test_output_folder_is_checked_before_the_fit(tmp_path, capsys, good_csv):
     assert "does not exist" in err and "bayesnet:" not in out
 
 
+def test_an_output_that_is_an_input_is_refused(tmp_path, capsys, fitted):
+    """Before, each of these exited 0 and replaced its input: the data became a model file, the model a CSV
+    (found by a user-test helper). '-' is standard output for predict."""
+    model, data = fitted
+    before = {p: open(p, "rb").read() for p in (model, data)}
+    assert main(["fit", "--data", data, "--target", "label", *TINY, "--output", data]) == 2
+    assert "--output: " in (err := capsys.readouterr().err) and "is the --data file" in err
+    for argv, name in ((["predict", model, "--data", data, "--output", model], "MODEL"),
+                       (["predict", model, "--data", data, "--output", data], "--data")):
+        assert main(argv) == 2
+        assert f"is the {name} file; writing it would replace the input" in capsys.readouterr().err
+    assert all(open(p, "rb").read() == content for p, content in before.items())
+    assert main(["predict", model, "--data", data, "--output", "-"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("row,") and not (tmp_path / "-").exists()
+
+
 def test_a_fit_that_max_epochs_cut_short_is_an_error_or_a_partial_model(tmp_path, capsys, good_csv):
     """Before: a fit that kept no draw (max_epochs shorter than the burn-in) ended in a traceback, and one that
     kept some was saved as a complete model."""

@@ -202,7 +202,7 @@ def _fit(args) -> int:
     settings = _fit_settings(args)
     _GIVEN.update(settings["given"])  # (main cleared it)
     settings["input_shape"] = args.input_shape
-    _check_output_path(args.output)
+    _check_output_path(args.output, inputs={"--data": getattr(args, "data", None)})
     X, y, features = _fit_data(settings, args)
     task, source = settings["task"], settings["source"]
     Xtr, Xte, ytr, yte = _split(X, y, settings, args)
@@ -311,7 +311,9 @@ def _predict(args) -> int:
     import pandas as pd
 
     _check_input_file(args.data, "--data: file")
-    _check_output_path(args.output)
+    if args.output == "-":  # (the usual name of standard output)
+        args.output = None
+    _check_output_path(args.output, inputs={"--data": args.data, "MODEL": args.model})
     model, meta = load_model(args.model, args.allow_pickle)
     if meta.get("partial"):
         print(f"warning: {args.model} is a partial fit ({meta['partial']}).", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -24,10 +25,19 @@ def _check_input_file(path: str, option: str) -> None:
     if os.path.isdir(path):
         raise CLIError(f"{option} {path!r} is a directory, not a file.")
 
-def _check_output_path(path: str | None, option: str = "--output") -> None:
-    """Fail before the fit, not after it, when the output cannot be written."""
+def _check_output_path(path: str | None, option: str = "--output", inputs: dict | None = None) -> None:
+    """Fail before the fit, not after it, when the output cannot be written, or would replace an input
+    (``inputs``: option -> path)."""
     if not path:
         return
+    for name, source in (inputs or {}).items():
+        same = False
+        if source and os.path.exists(path) and os.path.exists(source):
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(path, source)
+        if same:
+            raise CLIError(f"{option}: {path!r} is the {name} file; writing it would replace the input. Give "
+                           "another file name.")
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise CLIError(f"{option}: {path!r} is a directory; give a file name.")

@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--column", help="forecast models: the column of --data holding the series (default: the "
                                     "column the model was fitted on)")
     q.add_argument("--level", type=_probability, default=0.95, help="level of the intervals")
-    q.add_argument("--output", metavar="FILE", help="CSV to write (default: standard output)")
+    q.add_argument("--output", metavar="FILE", help="CSV to write (default, or '-': standard output)")
     q.add_argument("--allow-pickle", action="store_true",
                    help="load a joblib/pickle model file; loading a pickle can execute arbitrary code, so pass "
                         "this only for files you trust (default: off, such files are refused)")
