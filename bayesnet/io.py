@@ -125,15 +125,18 @@ def _decode(v, tensors):
         return float(v["__float__"])
     if "__strings__" in v:
         strings = v["__strings__"]
-        if not (isinstance(strings, list) and strings and all(isinstance(x, str) for x in strings)):
-            raise ValueError("malformed model file: a string array that is not a list of strings.")
-        if not v["shape"]:
+        shape = v.get("shape")
+        if not (isinstance(strings, list) and all(isinstance(x, str) for x in strings)
+                and isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)
+                and int(np.prod(shape, dtype=np.int64)) == len(strings)):
+            raise ValueError("malformed model file: a string array that is not a list of strings of its shape.")
+        if not shape:
             return strings[0]
         # NumPy strings come back as NumPy strings (predict's labels keep their dtype), others as objects. A
         # NumPy string array takes rows x longest x 4 bytes: one long string among many short ones would make a
         # small file allocate gigabytes
         kind = "U" if v.get("kind") == "U" else "O"
-        longest = max(map(len, strings))
+        longest = max(map(len, strings), default=0)  # (an empty array, e.g. metadata: save writes those too)
         need = 4 * len(strings) * longest if kind == "U" else 0
         budget = _STRING_BUDGET.get() or [_MAX_STRING_BYTES]
         if need > budget[0]:
@@ -141,7 +144,7 @@ def _decode(v, tensors):
                              "characters long) would take more than "
                              f"{_MAX_STRING_BYTES // 2 ** 20} MiB in NumPy's form.")
         budget[0] -= need
-        return np.array(strings, dtype=None if kind == "U" else object).reshape(v["shape"])
+        return np.array(strings, dtype=str if kind == "U" else object).reshape(shape)
     if "__array__" in v:
         return tensors[v["__array__"]].numpy()
     raise ValueError(f"malformed value in the model file: {v!r}")
@@ -258,7 +261,11 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     tensors = {k: v.contiguous() for k, v in enc.tensors.items()}
     text = json.dumps(spec)
     header = {"format": FORMAT, "version": str(VERSION), "spec": text, "sha256": _checksum(text, tensors)}
-    path = os.fspath(path)
+    path = os.fsdecode(path)  # (a bytes path: its text, not "b'...'")
+    if not path:
+        raise FileNotFoundError(errno.ENOENT, "an empty path: give the model file's name", path)
+    if os.path.isdir(path):  # (else the rename's error, naming the temporary file)
+        raise IsADirectoryError(errno.EISDIR, "a folder: give the model file's name", path)
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):  # (else safetensors' own error, naming the temporary file)
         raise FileNotFoundError(errno.ENOENT, "no such folder to write the model file in", folder)
@@ -671,6 +678,7 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
         it describes or are not finite, bookkeeping or fitted attributes that do not fit the draws or the
         outputs, a value of the wrong type or a missing entry.
     """
+    path = os.fsdecode(path)  # (a bytes path too; safetensors takes text)
     spec, tensors = _read(path)
     token = _STRING_BUDGET.set([_MAX_STRING_BYTES])
     try:

@@ -273,8 +273,18 @@ def test_what_cannot_be_saved_safely_is_refused(tmp_path):
     assert not list(tmp_path.glob("*.tmp-*"))  # a failed save leaves no temporary file
     with pytest.raises(FileNotFoundError, match="no such folder"):  # (before: safetensors' error, naming a .tmp)
         bayesnet.save(pipe[-1], tmp_path / "missing" / "m.bayesnet")
+    for bad, error in (("", FileNotFoundError), (tmp_path, IsADirectoryError)):  # (before: named a .tmp file)
+        with pytest.raises(error, match="empty path|a folder") as info:
+            bayesnet.save(pipe[-1], bad)
+        assert ".tmp-" not in str(info.value)
     bayesnet.save(pipe[-1], tmp_path / "m.bayesnet", metadata={"flag": np.bool_(True), "n": np.int64(3)})
     assert bayesnet.load(tmp_path / "m.bayesnet", return_metadata=True)[1] == {"flag": True, "n": 3}
+    # an empty string array was written and then refused by load ("not a list of strings"): a user-test find
+    bayesnet.save(pipe[-1], os.fsencode(tmp_path / "e.bayesnet"), metadata={"none": np.array([], dtype=str),
+                                                                             "grid": np.array([["a", "bc"]])})
+    meta = bayesnet.load(os.fsencode(tmp_path / "e.bayesnet"), return_metadata=True)[1]
+    assert meta["none"].shape == (0,) and meta["none"].dtype.kind == "U"
+    np.testing.assert_array_equal(meta["grid"], [["a", "bc"]])
 
 
 def test_a_cuda_fitted_model_loads_on_the_cpu(tmp_path, monkeypatch):
