@@ -31,6 +31,7 @@ import errno
 import hashlib
 import json
 import os
+import warnings
 import numpy as np
 import torch
 
@@ -403,6 +404,21 @@ def _malformed():
         raise ValueError(f"malformed model file: {exc}") from None
 
 
+def _check_pipeline_row(pipe) -> None:
+    """One row of zeros through the pipeline's transformers and the estimator's input checks: the steps must fit
+    together as ``predict`` chains them (a crafted reshape's arguments loaded, then failed at predict with a
+    traceback). Runs only the allowlisted steps' own code, on this row."""
+    n = getattr(pipe[0], "n_features_in_", None)
+    if not isinstance(n, (int, np.integer)):
+        return
+    row = np.zeros((1, int(n)))
+    with _malformed(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (feature-name notes: the row has none)
+        for _, step in pipe.steps[:-1]:
+            row = step.transform(row)
+        pipe[-1]._validate_X(row, reset=False)
+
+
 def _check_input_map(est) -> None:
     """The input standardisation a model file holds, checked as data: None with ``standardize_inputs=False``
     (files from before the option hold neither), else finite float vectors of one entry per input feature, the
@@ -727,6 +743,7 @@ def _load(spec, tensors, path, return_metadata: bool):
             raise ValueError(f"malformed model file: pipeline step names {names!r} must be distinct non-empty "
                              "strings without '__'.")
         model = Pipeline(steps)
+        _check_pipeline_row(model)
     elif spec.get("kind") == "estimator":
         model = _build_estimator(spec["estimator"], tensors)
     else:

@@ -458,3 +458,37 @@ def test_the_untampered_files_load(model_files, tmp_path):
         bayesnet.load(model_files / "class.bayesnet")
     finally:
         torch.set_default_dtype(default)
+
+
+def test_a_pipeline_whose_steps_do_not_fit_together_is_refused(tmp_path):
+    """The command line's RNN pipeline reshapes rows with a FunctionTransformer; a file whose reshape was edited
+    (another shape, an unknown argument) loaded, and predict then failed with a traceback. load now runs one
+    row of zeros through the steps and the estimator's input checks (found by a user-test helper)."""
+    from sklearn.preprocessing import FunctionTransformer
+
+    from bayesnet import BayesianRNNClassifier
+    from bayesnet.cli.models import to_sequences
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(40, 4)), np.arange(40) % 2
+    pipe = make_pipeline(StandardScaler(), FunctionTransformer(to_sequences, kw_args={"shape": (2, 2)}),
+                         BayesianRNNClassifier(hidden_size=4, dense_layer_sizes=(4,), n_draws=3, burn_in=10,
+                                               random_state=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.fit(X, y)
+    bayesnet.save(pipe, tmp_path / "p.bayesnet")
+    np.testing.assert_array_equal(bayesnet.load(tmp_path / "p.bayesnet").predict_proba(X), pipe.predict_proba(X))
+
+    def kw_args(value):
+        def edit(spec):
+            step = next(s for s in spec["steps"] if s.get("class", "").endswith("FunctionTransformer"))
+            step["params"]["kw_args"] = value
+        return edit
+
+    for value, match in (({"__dict__": [["shape", {"__tuple__": [4, 1]}]]}, r"samples of shape \(4, 1\)"),
+                         ({"__dict__": [["shape", {"__tuple__": [2, 2]}], ["evil", 1]]}, "evil"),
+                         ({"__dict__": [["shape", {"__tuple__": [10 ** 6, 10 ** 6]}]]}, "reshape")):
+        bad = _tamper(tmp_path / "p.bayesnet", tmp_path / "bad.bayesnet", spec_edit=kw_args(value))
+        with pytest.raises(ValueError, match=f"malformed model file: .*{match}"):
+            bayesnet.load(bad)
