@@ -331,6 +331,9 @@ def _header_problem(path, header: dict) -> ValueError | None:
     except (TypeError, ValueError):
         return ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its format version "
                           f"{str(header.get('version'))[:20]!r} is not a number).")
+    if version < 1:  # (save writes 1 and up)
+        return ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (format version {version}; "
+                          "versions start at 1).")
     if version > VERSION:
         return ValueError(f"{os.fspath(path)} was written by a newer bayesnet (format version {header['version']}); "
                           "upgrade bayesnet to read it.")
@@ -578,6 +581,19 @@ def _check_transformer(obj) -> None:
             obj._check_span(n)
 
 
+def _check_device_name(device) -> None:
+    """A device setting of a form ``fit`` takes ("cpu", "cuda", "cuda:N", "mps", "auto", None), whether or not this
+    machine has it. Raises ValueError otherwise."""
+    if device is None or device == "auto":
+        return
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        kind = None
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.")
+
+
 def _load_device(saved) -> torch.device:
     """Where a loaded model predicts: on a GPU when it was fitted on one (the file's device, also for
     ``device="auto"``) and this machine has one, the saved index or else the first; otherwise on the CPU."""
@@ -599,11 +615,21 @@ def _build_estimator(spec: dict, tensors):
     if cls is None:
         raise ValueError(f"the model file names an unknown estimator class {spec['class']!r}.")
     params = _params_back(spec["params"], tensors)
+    runtime = sorted(n for n in params if isinstance(n, str) and n.split("__")[0] in _RUNTIME_PARAMS)
+    if runtime:  # (save never writes them: runtime objects, whose defaults come back on load)
+        raise ValueError(f"malformed model file: it sets {', '.join(map(repr, runtime))}, which a model file does "
+                         "not hold (save writes plain settings only).")
     params.setdefault("standardize_inputs", False)  # written before the estimators standardised their inputs
     est = cls(**params)
-    with _malformed():  # the parameters as fit checks them (names, ranges, the sampler's hyperparameters)
+    with _malformed():  # the parameters as fit checks them (names, ranges, the sampler's hyperparameters, the
+        # prior's name, the device's form: not whether this machine has it, the file predicts on the CPU then)
         est._validate_params()
         est._validate_hyperparameters()
+        from .priors import make_prior
+        from .samplers import make_sampler
+
+        make_prior(est.prior_scale, make_sampler(est.sampler, **est.get_params_for("sampler")))
+        _check_device_name(est.device)
     unknown = sorted(set(spec["fitted"]) - set(_ESTIMATOR_FITTED))
     if unknown:
         raise ValueError(f"malformed model file: it sets {', '.join(map(repr, unknown))}, which are not fitted "

@@ -421,6 +421,15 @@ CRAFTED = {
         ["diverged_chains", {"__dict__": [["x", 1]]}]), None, "must map chain numbers"),
     "a float that names no float": ("class", _set(lambda s: s, "metadata", {"__float__": "nanx"}), None,
                                     "'nanx' is not a non-finite float's name"),
+    # settings fit refuses, or save never writes (before: loaded, and failed only at a later fit; a user-test find)
+    "a prior named by a function's path": ("class", _set(lambda s: _est(s)["params"], "prior_scale", "os.system"),
+                                           None, "prior_scale must be"),
+    "a device that is none": ("class", _set(lambda s: _est(s)["params"], "device", "xla"), None, "device must be"),
+    "callbacks": ("class", _set(lambda s: _est(s)["params"], "callbacks", [["x", "os.system"]]), None,
+                  "which a model file does not hold"),
+    "a callback's setting": ("class", _set(lambda s: _est(s)["params"], "callbacks__print_log__sink", "os.system"),
+                             None, "'callbacks__print_log__sink', which a model file does not hold"),
+    "a format version below 1": ("class", None, None, "versions start at 1"),
     # malformed specifications (before: KeyError, TypeError, RecursionError, MemoryError)
     "a missing trace": ("class", lambda s: _est(s).pop("trace"), None, "KeyError"),
     "a specification nested too deep": ("class", None, None, "RecursionError"),
@@ -436,7 +445,8 @@ CRAFTED = {
 @pytest.mark.parametrize("case", list(CRAFTED))
 def test_a_crafted_or_damaged_file_is_a_clear_error(model_files, tmp_path, case):
     source, spec_edit, tensor_edit, message = CRAFTED[case]
-    header_edit = (lambda h: h.__setitem__("spec", "[" * 100000 + "]" * 100000)) if "nested" in case else None
+    header_edit = {"a specification nested too deep": lambda h: h.__setitem__("spec", "[" * 100000 + "]" * 100000),
+                   "a format version below 1": lambda h: h.__setitem__("version", "-1")}.get(case)
     path = _tamper(model_files / f"{source}.bayesnet", tmp_path / "crafted.bayesnet", spec_edit, tensor_edit,
                    header_edit)
     with pytest.raises(ValueError, match="malformed") as info:
