@@ -416,3 +416,7 @@ def test_compile_parameters_reach_torch_compile(cancer, monkeypatch):
     with pytest.raises(TypeError, match="no_such_option"):
         _fit(fitted, X, y)
     assert len(fitted.trace_) > 0
+    # a value torch refuses (an unknown backend or mode: torch's own exception classes before) is a ValueError
+    for bad in ({"compile__backend": "no_such_backend"}, {"compile__mode": "no_such_mode"}):
+        with pytest.raises(ValueError, match="torch.compile refuses compile__\\* options"):
+            _fit(BayesianMLPClassifier(**params, **bad), X, y)

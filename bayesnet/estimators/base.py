@@ -457,7 +457,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 # default fit that will not compile imports no compiler)
                 from ..samplers.compiled import compile_options
 
-                torch.compile(lambda x: x, **compile_options(options))
+                try:
+                    torch.compile(lambda x: x, **compile_options(options))
+                except TypeError:
+                    raise
+                except Exception as exc:  # (an unknown backend or mode: torch's own exception classes)
+                    raise ValueError(f"torch.compile refuses compile__* options {options}: {type(exc).__name__}: "
+                                     f"{' '.join(str(exc).split())[:300]}") from None
         return super().fit(X, y, **fit_params)
 
     def partial_fit(self, X, y=None, classes=None, **fit_params):
