@@ -173,8 +173,11 @@ def _params(obj, enc: _Encoder, key: str) -> dict:
             if value is None or value is default or name in ("module", "criterion", "iterator_train") \
                     or (not callable(value) and isinstance(value, (str, bool)) and value == default):
                 continue
+            fix = ("Save a copy without them (copy.deepcopy(model).set_params(callbacks=None): what a callback "
+                   "did, such as stopping the run, stays in the draws and fit_status_)" if name == "callbacks" else
+                   "Leave it at its default")
             raise ValueError(f"cannot save {type(obj).__name__}.{name}={value!r} safely: a model file holds data, "
-                             "not code. Leave it at its default, or keep a pickle of a model you trust.")
+                             f"not code. {fix}, or keep a pickle of a model you trust.")
         if name in ("func", "inverse_func"):
             if value is None:
                 out[name] = None

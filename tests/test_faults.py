@@ -109,7 +109,9 @@ def test_a_killed_worker_costs_only_its_own_chains(killed, reference, iris, tmp_
     proba = est.predict_proba(X)
     assert np.isfinite(proba).all() and np.allclose(proba.sum(1), 1.0)
     assert est.score(X, y) > 0.6
-    saved = copy.deepcopy(est).set_params(callbacks=None)  # a callback object is code, not data
+    with pytest.raises(ValueError, match=r"not code\. Save a copy without them \(copy\.deepcopy\(model\)\.set_params"):
+        est.save(tmp_path / "m.bayesnet")  # a callback object is code, not data; the message says what to do
+    saved = copy.deepcopy(est).set_params(callbacks=None)
     saved.save(tmp_path / "m.bayesnet")
     loaded = bayesnet.load(tmp_path / "m.bayesnet")
     np.testing.assert_array_equal(loaded.predict_proba(X), proba)
