@@ -176,6 +176,20 @@ def test_an_output_that_is_an_input_is_refused(tmp_path, capsys, fitted):
     assert out.startswith("row,") and not (tmp_path / "-").exists()
 
 
+def test_labels_that_spell_one_number_two_ways_warn(tmp_path, capsys):
+    """'1' and '1.0' are two classes to the classifier (labels are text); before, silently (a user-test find).
+    Two rows of 0 and 1 are not called continuous."""
+    X, _, _ = _data()
+    labels = ["1" if i % 4 == 0 else "1.0" if i % 4 == 1 else "0" for i in range(len(X))]
+    path = _write(tmp_path / "t.csv", ["a", "b", "c", "y"], [[*r, t] for r, t in zip(X, labels)])
+    assert main(["fit", "--data", path, "--target", "y", *TINY, "--output", ""]) == 0
+    assert "warning: target column 'y' in" in (err := capsys.readouterr().err) and "('1', '1.0')" in err
+    tiny = _write(tmp_path / "two.csv", ["a", "y"], [[0.1, 0], [0.2, 1]])
+    assert main(["fit", "--data", tiny, "--target", "y", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "single row" in err and "continuous" not in err
+
+
 def test_a_fit_that_max_epochs_cut_short_is_an_error_or_a_partial_model(tmp_path, capsys, good_csv):
     """Before: a fit that kept no draw (max_epochs shorter than the burn-in) ended in a traceback, and one that
     kept some was saved as a complete model."""
@@ -272,6 +286,8 @@ OPTION_CASES = [
                                   "--set sampler__step_size=..."),
     (["--set", "prior_scal=0.5"], "did you mean --set prior_scale=...?"),
     (["--set", "lr=0.1"], "--set lr: BayesianMLPClassifier has no parameter 'lr' that the command line can set"),
+    (["--set", "warm_start=True"], "warm_start is a setting of the Python estimator that the fit and predict "
+                                   "commands do not take"),  # (before: "did you mean --set random_state=...?")
     (["--set", "sampler__frction=0.1"], "--set sampler__frction: the sghmc sampler has no hyperparameter 'frction'"),
     (["--set", "prior_scale=-1"], "--set prior_scale: prior scale must be a finite number > 0, got -1"),
     (["--set", "max_epochs=0"], "--set max_epochs must be an int in the range [1, inf) or None. Got 0 instead."),

@@ -6,6 +6,7 @@ import contextlib
 import difflib
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -192,14 +193,20 @@ def _check_classes(source: str, target: str, y: np.ndarray) -> None:
     import pandas as pd
 
     classes, counts = np.unique(y, return_counts=True)
+    numbers = pd.to_numeric(pd.Series(classes), errors="coerce")
+    twice = numbers[numbers.notna() & numbers.duplicated(keep=False)]
+    if len(twice):  # ("1" and "1.0": labels are text on the command line, so two classes)
+        spelled = ", ".join(repr(str(c)) for c in classes[twice.index[:6]])
+        warnings.warn(f"target column {target!r} in {source} spells one number in several ways ({spelled}): they "
+                      "are different classes to the classifier, which reads labels as text. Write each label one "
+                      "way if they are meant as one class.", UserWarning, stacklevel=2)
     if len(classes) < 2:
         raise CLIError(f"target column {target!r} in {source} has a single class, {str(classes[0])!r}; "
                         "classification needs at least two.")
     rare = classes[counts < 2]
     if len(rare):
-        numeric = pd.to_numeric(pd.Series(classes), errors="coerce")
         hint = " The target looks continuous: use --task regression." \
-            if numeric.notna().all() and len(classes) > len(y) / 2 else ""
+            if numbers.notna().all() and len(classes) > len(y) / 2 and len(y) >= 10 else ""  # (not 2 rows' 0, 1)
         shown = ", ".join(repr(str(c)) for c in rare[:5]) + (", ..." if len(rare) > 5 else "")
         raise CLIError(f"target column {target!r} in {source}: {len(rare)} class(es) have a single row ({shown}); "
                         "the stratified train/test split needs at least two rows per class: drop or merge "
