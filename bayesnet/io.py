@@ -414,7 +414,11 @@ def _check_pipeline_row(pipe) -> None:
     """One row of zeros through the pipeline's transformers and the estimator's input checks: the steps must fit
     together as ``predict`` chains them (a crafted reshape's arguments loaded, then failed at predict with a
     traceback). Runs only the allowlisted steps' own code, on this row."""
-    n = getattr(pipe[0], "n_features_in_", None)
+    first = pipe[0]
+    if first is pipe[-1] or getattr(first, "func", 0) is None:  # (a pass-through first step takes any shape:
+        # the estimator's own checks cover input of 3 or 4 axes, whose n_features_in_ counts the second axis only)
+        return
+    n = getattr(first, "n_features_in_", None)
     if not isinstance(n, (int, np.integer)):
         return
     row = np.zeros((1, int(n)))
@@ -618,8 +622,9 @@ def _build_estimator(spec: dict, tensors):
     if cls is None:
         raise ValueError(f"the model file names an unknown estimator class {spec['class']!r}.")
     params = _params_back(spec["params"], tensors)
-    runtime = sorted(n for n in params if isinstance(n, str) and n.split("__")[0] in _RUNTIME_PARAMS)
-    if runtime:  # (save never writes them: runtime objects, whose defaults come back on load)
+    runtime = sorted(n for n in params if n in _RUNTIME_PARAMS)
+    if runtime:  # (save never writes them: runtime objects, whose defaults come back on load; their plain settings,
+        # such as callbacks__divergence=None or iterator_train__shuffle=False, are written and read back)
         raise ValueError(f"malformed model file: it sets {', '.join(map(repr, runtime))}, which a model file does "
                          "not hold (save writes plain settings only).")
     params.setdefault("standardize_inputs", False)  # written before the estimators standardised their inputs

@@ -724,4 +724,8 @@ class EQN(Sampler):
                         kinetic_temperature=2.0 * kinetic / chain_numel(state.momentum, state.layout),
                         extra={"preconditioner_scale": torch.ones_like(kinetic) if scale is None else scale})
 
-EQN.__doc__ = EQN.__doc__.replace("{warmup}", WARMUP_DOC)
+EQN.__doc__ = EQN.__doc__.replace("{warmup}", WARMUP_DOC.replace(
+    '"auto" is "diagonal" when ``step_size="auto"``',
+    '"auto" is "layer" with several walkers (one mass per parameter\n'
+    "        tensor, the walkers' mean; :meth:`preconditioner_mode`) and \"diagonal\"\n"
+    '        with one when ``step_size="auto"``'))
