@@ -198,11 +198,9 @@ def _params(obj, enc: _Encoder, key: str) -> dict:
 
 
 def _estimator_spec(est, enc: _Encoder, key: str) -> dict:
-    from sklearn.utils.validation import check_is_fitted
-
     if type(est).__name__ not in _estimator_classes():
         raise TypeError(f"save() writes bayesnet's estimators (and pipelines ending in one), not {type(est).__name__}.")
-    check_is_fitted(est)
+    est._check_fitted()  # (scikit-learn's NotFittedError; after a fit that kept no draw, it says so)
     trace = est.trace_
     fitted = {a: enc.value(getattr(est, a), f"{key}.{a}") for a in _ESTIMATOR_FITTED if hasattr(est, a)}
     trace_spec = {"n_draws": trace.n_draws, "burn_in": trace.burn_in, "thinning": trace.thinning,

@@ -285,7 +285,7 @@ OPTION_CASES = [
                                   "command line can set; step_size is a hyperparameter of the sghmc sampler: "
                                   "--set sampler__step_size=..."),
     (["--set", "prior_scal=0.5"], "did you mean --set prior_scale=...?"),
-    (["--set", "lr=0.1"], "--set lr: BayesianMLPClassifier has no parameter 'lr' that the command line can set"),
+    (["--set", "lr=0.1"], "--set lr: BayesianMLPClassifier has no parameter 'lr' that the command line can set (its"),
     (["--set", "warm_start=True"], "warm_start is a setting of the Python estimator that the fit and predict "
                                    "commands do not take"),  # (before: "did you mean --set random_state=...?")
     (["--set", "sampler__frction=0.1"], "--set sampler__frction: the sghmc sampler has no hyperparameter 'frction'"),

@@ -399,7 +399,7 @@ def test_interrupting_a_tacthmc_fit_stops_it(cancer):
     assert clf.fit_status_["status"] == "interrupted" and clf.fit_status_["steps_taken"] == 150
 
 
-def test_a_fit_interrupted_before_its_first_draw_says_so_when_used(cancer):
+def test_a_fit_interrupted_before_its_first_draw_says_so_when_used(cancer, tmp_path):
     """Predicting after a fit stopped before its first draw raised scikit-learn's "call fit" NotFittedError,
     though the fit had run and partial_fit continues it; the error now says what happened and what to do."""
     from sklearn.exceptions import NotFittedError
@@ -419,6 +419,8 @@ def test_a_fit_interrupted_before_its_first_draw_says_so_when_used(cancer):
         with pytest.raises(NotFittedError, match=r"holds no posterior draws: its fit ended 'interrupted' at step 20 "
                                                  r"of \d+ .*partial_fit continues"):
             use(Xte)
+    with pytest.raises(NotFittedError, match="holds no posterior draws"):  # save too
+        clf.set_params(callbacks=None).save(tmp_path / "m.bayesnet")
     with pytest.raises(NotFittedError, match="Call 'fit'"):  # never fitted: scikit-learn's own message
         BayesianMLPClassifier().predict(Xte)
 

@@ -140,7 +140,7 @@ def _fit_settings(args) -> dict:
         elif key not in settable:
             if key in hyper:
                 hint = f"; {key} is a hyperparameter of the {sampler} sampler: --set sampler__{key}=..."
-            elif key.split("__")[0] in cls().get_params(deep=False):  # (warm_start, callbacks: no near miss)
+            elif key.split("__")[0] in ("warm_start", "callbacks", "iterator_train", "iterator_valid"):  # (no near miss)
                 hint = (f"; {key} is a setting of the Python estimator that the fit and predict commands do not "
                         "take: use the Python API for it")
             else:

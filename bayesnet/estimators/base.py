@@ -462,7 +462,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 except TypeError:
                     raise
                 except Exception as exc:  # (an unknown backend or mode: torch's own exception classes)
-                    raise ValueError(f"torch.compile refuses compile__* options {options}: {type(exc).__name__}: "
+                    raise ValueError(f"torch.compile failed on a stand-in with the compile__* options {options} (an "
+                                     f"unknown backend or mode?): {type(exc).__name__}: "
                                      f"{' '.join(str(exc).split())[:300]}") from None
         return super().fit(X, y, **fit_params)
 

@@ -28,8 +28,9 @@ class ResultsMixin:
         msg = None
         if status is not None and not self.__sklearn_is_fitted__():
             how = {"interrupted": "partial_fit continues the planned run where it stopped",
-                   "diverged": "fit again with a smaller step_size (see the fit's warning)"}.get(
-                       status.get("status"), "fit again")
+                   "diverged": "fit again with a smaller step_size (see the fit's warning)",
+                   "short": "run longer (max_epochs), or call partial_fit to continue the chains",
+                   "running": "the fit is still in its burn-in"}.get(status.get("status"), "fit again")
             where = (f" at step {status['steps_taken']} of {status['steps_planned']}"
                      if "steps_taken" in status and "steps_planned" in status else "")
             msg = (f"This {type(self).__name__} holds no posterior draws: its fit ended {status.get('status')!r}"

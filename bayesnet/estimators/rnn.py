@@ -61,7 +61,7 @@ class _RNNNet(BayesianNeuralNet):
         """A 2-D X holds one univariate sequence per row: its columns are time steps, which scikit-learn's count
         calls features ("X has 10 features, but ... is expecting 12"); the message keeps scikit-learn's words
         and says what they count."""
-        if isinstance(X, (list, tuple)) and len(X) and hasattr(X[0], "__len__"):
+        if isinstance(X, (list, tuple)) and len(X) and all(hasattr(x, "__len__") and np.ndim(x) for x in X):
             lengths = {len(x) for x in X}
             if len(lengths) > 1:  # (numpy's own error: "inhomogeneous shape after 1 dimensions")
                 raise ValueError(f"X holds sequences of {len(lengths)} different lengths ({min(lengths)} to "

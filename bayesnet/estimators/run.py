@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import math
 import signal
 import threading
@@ -1049,8 +1050,10 @@ def warn_status(net) -> None:
         # figure over a run cut before its burn-in ended said nothing)
         hint = ""
         if state is not None and net.max_epochs is None:  # (the running chains: a retired one is not waited for)
-            active = None if getattr(net, "shards_", None) else trace.active.reshape(int(net.n_chains), -1).any(1)
-            hint = net.sampler_.shortfall_hint(state, active)
+            active = None if getattr(net, "shards_", None) else trace.active.reshape(net.layout_.chains, -1).any(1)
+            takes = "active" in inspect.signature(net.sampler_.shortfall_hint).parameters  # (a registered sampler
+            # written to the one-argument form still runs)
+            hint = net.sampler_.shortfall_hint(state, active) if takes else net.sampler_.shortfall_hint(state)
         refused = refused_draws(net)
         if refused:  # a chain gone non-finite that nothing stopped (the divergence monitor off): its draws refused
             detail = ", ".join(f"chain {c}: {n}" for c, n in sorted(refused.items()))
