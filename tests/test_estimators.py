@@ -226,22 +226,6 @@ def test_a_column_vector_y_warns_once(cancer):
     assert clf.classes_.tolist() == [0, 1]
 
 
-def test_a_constant_target_is_scaled_by_its_own_size():
-    """A constant output fell back to a scale of 1 in y's units: a constant 5e-6 was predicted as 5e-4 +- 0.06
-    (a user-test find). Scaled by its absolute value, the fit is the same in relative terms at any size."""
-    X = np.random.default_rng(0).normal(size=(60, 3))
-    relative = []
-    for c in (5e-6, -1e6):
-        reg = BayesianMLPRegressor(hidden_layer_sizes=(4,), n_draws=5, burn_in=40, random_state=0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            mean, lower, upper = reg.fit(X, np.full(60, c)).predict(X[:5], return_interval=True)
-        assert reg.y_scale_ == pytest.approx([abs(c)])
-        relative.append(np.stack([(mean - c) / abs(c), (upper - lower) / abs(c)]))
-    np.testing.assert_allclose(relative[0], relative[1], rtol=1e-5)
-    assert np.abs(relative[0]).max() < 1.0
-
-
 def test_divergence_stops_with_a_clear_error_and_keeps_draws(cancer):
     """A single chain that blows up raises DivergenceError naming the step and the fix; the draws from before
     it left its typical set are kept (finite, usable), the later ones discarded, and fit_status_ says so."""

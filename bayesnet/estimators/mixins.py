@@ -150,11 +150,7 @@ class BayesianRegressorMixin(RegressorMixin):
         if reset:
             self.n_outputs_ = y2.shape[1]
             self.y_mean_, scale = moments(y2, 0)  # (overflow-safe: targets near float64's limit)
-            # a constant output is scaled by its own size, not by 1 in y's units (a constant 5e-6 was predicted
-            # as 5e-4 +- 0.06, one of 1e6 as 1e6 +- 0.06); 1 only for a constant 0
-            size = np.abs(self.y_mean_)
-            constant = scale <= 1e-12 * size  # (a mean's rounding leaves a spread of ~1e-16 of the size)
-            self.y_scale_ = np.where(~constant & (scale > 0), scale, np.where(size > 0, size, 1.0))
+            self.y_scale_ = np.where(scale > 0, scale, 1.0)
         elif y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} columns, but the model was fitted with {self.n_outputs_}.")
         return standardise(y2, self.y_mean_, self.y_scale_).astype(np.float32)
