@@ -30,6 +30,7 @@ import contextvars
 import errno
 import hashlib
 import json
+import math
 import os
 import warnings
 import numpy as np
@@ -129,7 +130,7 @@ def _decode(v, tensors):
         shape = v.get("shape")
         if not (isinstance(strings, list) and all(isinstance(x, str) for x in strings)
                 and isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)
-                and int(np.prod(shape, dtype=np.int64)) == len(strings)):
+                and math.prod(shape) == len(strings)):  # (exact: a product of huge axes does not wrap)
             raise ValueError("malformed model file: a string array that is not a list of strings of its shape.")
         if not shape:
             return strings[0]
@@ -586,19 +587,6 @@ def _check_transformer(obj) -> None:
             obj._check_span(n)
 
 
-def _check_device_name(device) -> None:
-    """A device setting of a form ``fit`` takes ("cpu", "cuda", "cuda:N", "mps", "auto", None), whether or not this
-    machine has it. Raises ValueError otherwise."""
-    if device is None or device == "auto":
-        return
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError):
-        kind = None
-    if kind not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.")
-
-
 def _load_device(saved) -> torch.device:
     """Where a loaded model predicts: on a GPU when it was fitted on one (the file's device, also for
     ``device="auto"``) and this machine has one, the saved index or else the first; otherwise on the CPU."""
@@ -631,11 +619,12 @@ def _build_estimator(spec: dict, tensors):
         # prior's name, the device's form: not whether this machine has it, the file predicts on the CPU then)
         est._validate_params()
         est._validate_hyperparameters()
+        from .estimators.base import parse_device
         from .priors import make_prior
         from .samplers import make_sampler
 
         make_prior(est.prior_scale, make_sampler(est.sampler, **est.get_params_for("sampler")))
-        _check_device_name(est.device)
+        parse_device(est.device)
     unknown = sorted(set(spec["fitted"]) - set(_ESTIMATOR_FITTED))
     if unknown:
         raise ValueError(f"malformed model file: it sets {', '.join(map(repr, unknown))}, which are not fitted "

@@ -49,16 +49,31 @@ def resolve_device(device) -> torch.device:
     ValueError
         If CUDA (or Apple's MPS) is requested but not available, or the string is not a device.
     """
-    if device is None or device == "auto":
+    dev = parse_device(device)
+    if dev is None:  # "auto"
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested but CUDA is not available; use 'cpu' or 'auto'.")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device={device!r} was requested but MPS is not available; use 'cpu' or 'auto'.")
+    return dev
+
+
+def parse_device(device) -> torch.device | None:
+    """The form of a ``device`` setting, whether or not this machine has it: a CPU, CUDA or MPS torch.device, or
+    None for ``"auto"`` (and None).
+
+    Raises
+    ------
+    ValueError
+        If it is not one of those forms.
+    """
+    if device is None or device == "auto":
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.") from exc
     if dev.type not in ("cpu", "cuda", "mps"):
         raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.")
     return dev
