@@ -920,3 +920,38 @@ def test_a_pickled_warm_up_carries_its_recent_batches_not_their_block():
     again = pickle.loads(pickle.dumps(clf))
     for a, b in zip(recent, again.sampler_state_.warmup.recent):
         assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+@pytest.mark.parametrize("value, n", [(5e-6, 100), (1e6, 100), (0.1, 100), (-7.77, 1000), (0.0, 100)])
+def test_a_constant_target_is_predicted_as_itself_with_a_warning(value, n):
+    """A constant target has no scale. Before, the float64 mean of equal values was off by a rounding error or not,
+    depending on the value and the count: a constant 0.1 got a scale of 3e-17, a constant 5e-6 a scale of 1 and a
+    prediction of 5e-4 +- 0.06. Now the value itself is predicted, with an interval at its float32 resolution (in
+    y's units for zeros), and fit says the target is constant, once."""
+    X = np.random.default_rng(0).normal(size=(n, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg = BayesianMLPRegressor(**{**FAST, "batch_size": -1}).fit(X, np.full(n, value))
+    said = [str(w.message) for w in caught if "constant" in str(w.message)]
+    assert len(said) == 1 and f"y is constant ({value:.6g} in every row)" in said[0], said
+    mean, std = reg.predict(X[:20], return_std=True)
+    assert reg.y_mean_[0] == value
+    if value:
+        assert reg.y_scale_[0] == pytest.approx(abs(value) * np.finfo(np.float32).eps)
+        np.testing.assert_allclose(mean, value, rtol=1e-5)
+        assert (std < 1e-5 * abs(value)).all()
+    else:
+        assert reg.y_scale_[0] == 1.0 and (np.abs(mean) < 0.5).all() and (std < 0.5).all()
+
+
+def test_only_the_constant_columns_of_a_multi_output_target_are_named():
+    X = np.random.default_rng(0).normal(size=(100, 3))
+    Y = np.column_stack([X[:, 0], np.full(100, 3.0), X[:, 1] - X[:, 2]])
+    with pytest.warns(UserWarning, match=r"column\(s\) \[1\] are constant \(3\): the model predicts that value"):
+        reg = BayesianMLPRegressor(**{**FAST, "batch_size": -1}).fit(X, Y)
+    assert reg.y_scale_[0] == pytest.approx(Y[:, 0].std()) and reg.y_scale_[2] == pytest.approx(Y[:, 2].std())
+    np.testing.assert_allclose(reg.predict(X[:5])[:, 1], 3.0, rtol=1e-5)
+    # a spread far below the value but real is a spread: fitted, not flattened to a constant
+    y = 1e6 + 1e-7 * X[:, 0]
+    reg = BayesianMLPRegressor(**{**FAST, "batch_size": -1}).fit(X, y)
+    assert reg.y_scale_[0] == pytest.approx((y - 1e6).std(), rel=1e-3)

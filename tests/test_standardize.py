@@ -225,3 +225,17 @@ def test_skorch_forward_takes_raw_inputs_as_the_estimators_methods_do(cancer, tm
     with torch.no_grad():
         expected = cnn.module_(torch.as_tensor(images, dtype=torch.float32).reshape(-1, 1, 8, 8))
     torch.testing.assert_close(cnn.forward(digits.data[300:310]), expected)
+
+
+def test_a_feature_constant_up_to_rounding_is_only_centred(cancer):
+    """A column of 0.1 (300 rows) has a float64 standard deviation of 5e-16, a rounding error. Before, it was the
+    feature's scale: a new row with 0.2 there sat 2e14 standard deviations out and every probability was 0 or 1.
+    Now the feature is constant by scikit-learn's test, scaled by 1 as a StandardScaler does."""
+    X, y, _ = cancer
+    X = np.column_stack([X, np.full(len(X), 0.1)])
+    assert X[:, -1].std() > 0
+    est = BayesianMLPClassifier((8,), **SHORT).fit(X, y)
+    assert est.input_scale_[-1] == StandardScaler().fit(X).scale_[-1] == 1.0
+    moved = X[:20].copy()
+    moved[:, -1] = 0.2
+    np.testing.assert_allclose(est.predict_proba(moved), est.predict_proba(X[:20]), atol=0.05)

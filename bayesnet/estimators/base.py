@@ -34,7 +34,7 @@ from ..samplers import (DEFAULT_SAMPLER, DivergenceError, Sampler, available_sam
                         sampler_class)
 from . import run
 from .callbacks import DivergenceMonitor, DrawQuota, SamplingProgressBar
-from .scaling import moments, standardise
+from .scaling import indistinguishable_from_constant, moments, standardise
 from .parallel import fit_groups, n_groups
 from .results import ResultsMixin
 
@@ -380,7 +380,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def _standardize(self, X: np.ndarray, reset: bool) -> np.ndarray:
         """Centre and scale each input feature by its training mean and standard deviation (``input_mean_``,
         ``input_scale_``: recorded on ``reset`` when ``standardize_inputs``, None otherwise), as a
-        StandardScaler in front would; a constant feature is only centred. Features are the columns of tabular
+        StandardScaler in front would; a constant feature (constant up to the moments' rounding, by scikit-learn's
+        test) is only centred. Features are the columns of tabular
         input, the channels of an image or signal, the per-step features of a sequence."""
         axis = self._input_feature_axis % X.ndim
         shape = [1] * X.ndim
@@ -390,8 +391,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             if self.standardize_inputs:  # (overflow-safe: before, inputs of 1e300 gave an infinite scale, a
                 # constant model and a model file that load refused)
                 mean, scale = moments(X, tuple(i for i in range(X.ndim) if i != axis))
+                constant = indistinguishable_from_constant(mean, scale, X.size // max(X.shape[axis], 1))
                 self.input_mean_ = mean
-                self.input_scale_ = np.where(scale > 0, scale, 1.0)
+                self.input_scale_ = np.where(constant, 1.0, scale)
         mean, scale = getattr(self, "input_mean_", None), getattr(self, "input_scale_", None)
         with np.errstate(over="ignore"):  # (an overflow to float32's inf is refused below, by name)
             out = (X if mean is None else standardise(X, mean.reshape(shape), scale.reshape(shape))).astype(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Real
 
 import numpy as np
@@ -13,6 +14,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from ..likelihoods import CategoricalLikelihood, GaussianLikelihood
+from .run import user_stacklevel
 from .scaling import moments, standardise
 
 __all__ = ["BayesianClassifierMixin", "BayesianRegressorMixin"]
@@ -22,6 +24,36 @@ def _check_level(level) -> float:
     if isinstance(level, bool) or not isinstance(level, Real) or not 0 < level < 1:
         raise ValueError(f"level must be a probability in (0, 1), got {level!r}.")
     return float(level)
+
+
+def _target_scale(y2: np.ndarray, warn: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and scale that standardise the columns of ``y2`` (shape ``(n, k)``), each shape ``(k,)``.
+
+    A column whose values are all equal has no scale of its own. (Exactly equal: unlike an input's, a target's scale
+    only multiplies the network's outputs, so a spread at rounding level does no harm and is fitted as it is, and a
+    real spread of one part in 1e13 stays a spread.) Its mean is the value itself, not a sum's rounding of it, and its scale is the value's float32 resolution,
+    ``|value| * 1.19e-7`` (1 for a column of zeros), so that the model predicts the value with an interval far
+    below it. The float64 mean and standard deviation of equal values are off by a rounding error or not,
+    depending on the count, which gave such a column either a scale of 1e-17 or of 1: a constant 5e-6 was predicted
+    as 5e-4 +- 0.06. With ``warn`` a UserWarning names the constant columns.
+    """
+    mean, scale = moments(y2, 0)  # (overflow-safe: targets near float64's limit)
+    constant = (y2 == y2[:1]).all(axis=0) if len(y2) else np.zeros(y2.shape[1], dtype=bool)
+    if not constant.any():
+        return mean, scale
+    value = y2[0].astype(np.float64)
+    mean = np.where(constant, value, mean)
+    floor = np.abs(value) * np.finfo(np.float32).eps
+    scale = np.where(constant, np.where(floor > 0, floor, 1.0), scale)
+    if warn:
+        columns = np.flatnonzero(constant)
+        what = (f"y is constant ({value[0]:.6g} in every row)" if y2.shape[1] == 1 else
+                f"y's column(s) {columns.tolist()} are constant ({', '.join(f'{v:.6g}' for v in value[columns])})")
+        warnings.warn(f"{what}: the model predicts {'that value' if len(columns) == 1 else 'those values'}, and its intervals come from the noise prior alone "
+                      "(scaled to the value's float32 resolution, or to 1 for zeros), not from the data. A later "
+                      "partial_fit standardises its targets with this scale; fit a target that varies instead.",
+                      UserWarning, stacklevel=user_stacklevel())
+    return mean, scale
 
 
 class BayesianClassifierMixin(ClassifierMixin):
@@ -149,8 +181,7 @@ class BayesianRegressorMixin(RegressorMixin):
         y2 = y.reshape(len(y), -1)
         if reset:
             self.n_outputs_ = y2.shape[1]
-            self.y_mean_, scale = moments(y2, 0)  # (overflow-safe: targets near float64's limit)
-            self.y_scale_ = np.where(scale > 0, scale, 1.0)
+            self.y_mean_, self.y_scale_ = _target_scale(y2, warn=not vars(self).get("_probe", False))
         elif y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} columns, but the model was fitted with {self.n_outputs_}.")
         return standardise(y2, self.y_mean_, self.y_scale_).astype(np.float32)

@@ -30,3 +30,13 @@ def standardise(a: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarra
         if not np.isfinite(z).all():
             z = a / scale - mean / scale
     return z
+
+
+def indistinguishable_from_constant(mean: np.ndarray, std: np.ndarray, n: int) -> np.ndarray:
+    """Where a feature of ``n`` values with these float64 moments is constant up to the moments' rounding: scikit-learn's
+    StandardScaler test (the error bound of the two-pass variance, Chan, Golub and LeVeque 1983), ``var <= n eps var
+    + (n eps mean)^2``, written in standard deviations so that it does not overflow. Such a feature's computed sd is
+    a rounding error (about 5e-16 for a column of 0.1), and dividing by it made any other value on new rows 1e14
+    standard deviations away."""
+    eps = np.finfo(np.float64).eps
+    return std * np.sqrt(max(1.0 - n * eps, 0.0)) <= n * eps * np.abs(mean)
