@@ -239,3 +239,23 @@ def test_a_feature_constant_up_to_rounding_is_only_centred(cancer):
     moved = X[:20].copy()
     moved[:, -1] = 0.2
     np.testing.assert_allclose(est.predict_proba(moved), est.predict_proba(X[:20]), atol=0.05)
+
+
+def test_unscaled_inputs_with_standardisation_off_warn_once_by_name():
+    """standardize_inputs=False on raw breast cancer (areas in the thousands) gave a fit that stalled under a
+    convergence warning that did not name the cause; fit now names the largest feature, once (not again from its
+    probe). Inputs of order one, or the default, do not warn."""
+    import pandas as pd  # noqa: F401 (as_frame)
+
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        BayesianMLPClassifier((8,), standardize_inputs=False, **SHORT).fit(X, y)
+    said = [str(w.message) for w in caught if "unit scale" in str(w.message)]
+    assert len(said) == 1 and "feature 23 ('worst area') has mean 880.6" in said[0], said
+    assert "3 of 30 features have a root mean square above 100" in said[0]
+    for kwargs, data in [(dict(standardize_inputs=False), StandardScaler().fit_transform(X)), ({}, X)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            BayesianMLPClassifier((8,), **kwargs, **SHORT).fit(data, y)
+        assert not [w for w in caught if "unit scale" in str(w.message)]

@@ -109,8 +109,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         no-op). The prior's scale assumes inputs of unit scale: raw
         features of very different scales (breast cancer's span 0.001 to
         4,000) otherwise cost 4 points of accuracy and twice the log loss.
-        False feeds the inputs as given (the fitted attributes are None).
-        Fixed while chains continue: changing it in ``partial_fit`` raises
+        A feature constant up to rounding (scikit-learn's test) is only
+        centred. False feeds the inputs as given (the fitted attributes are
+        None) and warns (UserWarning) when a feature's root mean square is
+        above 100. Fixed while chains continue: changing it in ``partial_fit`` raises
         ValueError.
     batch_size : int or "auto", default="auto"
         Mini-batch size; -1 for full-batch gradients; "auto" is 128 rows for

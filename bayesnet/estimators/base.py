@@ -40,6 +40,9 @@ from .results import ResultsMixin
 
 __all__ = ["BayesianNeuralNet", "resolve_device"]
 
+# With standardize_inputs=False, a feature whose root mean square (over the training rows) is above this warns.
+UNSCALED_INPUT = 100.0
+
 
 def resolve_device(device) -> torch.device:
     """Turn ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or a torch.device into a torch.device.
@@ -394,6 +397,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 constant = indistinguishable_from_constant(mean, scale, X.size // max(X.shape[axis], 1))
                 self.input_mean_ = mean
                 self.input_scale_ = np.where(constant, 1.0, scale)
+            elif not vars(self).get("_probe", False):  # (fit's probe: the fit itself warns)
+                self._warn_unscaled(X, axis)
         mean, scale = getattr(self, "input_mean_", None), getattr(self, "input_scale_", None)
         with np.errstate(over="ignore"):  # (an overflow to float32's inf is refused below, by name)
             out = (X if mean is None else standardise(X, mean.reshape(shape), scale.reshape(shape))).astype(
@@ -405,6 +410,28 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                              "float32." + ("" if mean is not None else " Set standardize_inputs=True, or scale "
                                            "the inputs."))
         return out
+
+    def _warn_unscaled(self, X: np.ndarray, axis: int) -> None:
+        """With ``standardize_inputs=False``: a UserWarning when a feature's root mean square is above
+        ``UNSCALED_INPUT`` (raw areas, pixel values of 0-255, timestamps). The weights' prior, N(0,
+        prior_scale^2), and the warm-up's first steps are sized for inputs of order one: such a fit came back
+        useless under a temperature or convergence warning that did not name the cause."""
+        mean, std = moments(X, tuple(i for i in range(X.ndim) if i != axis))
+        with np.errstate(over="ignore"):
+            rms = np.hypot(mean, std)
+        worst = int(np.argmax(rms))
+        if not rms[worst] > UNSCALED_INPUT:
+            return
+        names = getattr(self, "feature_names_in_", None)
+        kind = {2: "feature", 3: "per-step feature", 4: "channel"}.get(X.ndim, "feature")
+        which = f"{kind} {worst}" + (f" ({names[worst]!r})" if names is not None and X.ndim == 2 else "")
+        n_far = int((rms > UNSCALED_INPUT).sum())
+        warnings.warn(f"standardize_inputs=False, but the inputs are far from unit scale: {which} has mean "
+                      f"{mean[worst]:.4g} and standard deviation {std[worst]:.4g} ({n_far} of {len(rms)} {kind}s "
+                      f"{'has' if n_far == 1 else 'have'} a root mean square above {UNSCALED_INPUT:g}). The weights' prior "
+                      "and the warm-up assume inputs of order one; such fits run hot or stall. Set "
+                      "standardize_inputs=True (the default), or scale the inputs.", UserWarning,
+                      stacklevel=run.user_stacklevel())
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         """Bring validated input to the network's layout ``(n, *input_shape_)``, recording the per-sample shape
