@@ -253,9 +253,24 @@ def test_unscaled_inputs_with_standardisation_off_warn_once_by_name():
         BayesianMLPClassifier((8,), standardize_inputs=False, **SHORT).fit(X, y)
     said = [str(w.message) for w in caught if "unit scale" in str(w.message)]
     assert len(said) == 1 and "feature 23 ('worst area') has mean 880.6" in said[0], said
-    assert "3 of 30 features have a root mean square above 100" in said[0]
+    assert "; 3 of 30 features have a root mean square above 100" in said[0]
     for kwargs, data in [(dict(standardize_inputs=False), StandardScaler().fit_transform(X)), ({}, X)]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             BayesianMLPClassifier((8,), **kwargs, **SHORT).fit(data, y)
         assert not [w for w in caught if "unit scale" in str(w.message)]
+
+
+def test_a_divergence_on_raw_inputs_names_the_inputs_first():
+    """Raw inputs of 1e9 with standardize_inputs=False: the warm-up shrank the step to 1e-31 and the chain still
+    diverged. The message put 'increase burn_in first' before 'or standardise the inputs'; it now leads with the
+    inputs, named, then the warm-up."""
+    from bayesnet import BayesianMLPRegressor, DivergenceError
+
+    X, y = load_breast_cancer(return_X_y=True)
+    with pytest.raises(DivergenceError) as err:
+        BayesianMLPRegressor((8,), standardize_inputs=False, burn_in=100, random_state=0).fit(X[:200] * 1e6, y[:200])
+    message = str(err.value)
+    assert message.index("The inputs are far from unit scale (feature 23 has mean 9.273e+08") < \
+        message.index("increase burn_in (now 100 steps).") < message.index("Reduce the step size")
+    assert "first" not in message.split("scale them, first.")[1] and "or standardise the inputs" not in message

@@ -397,8 +397,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 constant = indistinguishable_from_constant(mean, scale, X.size // max(X.shape[axis], 1))
                 self.input_mean_ = mean
                 self.input_scale_ = np.where(constant, 1.0, scale)
-            elif not vars(self).get("_probe", False):  # (fit's probe: the fit itself warns)
-                self._warn_unscaled(X, axis)
+            far = None if self.standardize_inputs else self._far_from_unit_scale(X, axis)
+            self._far_inputs = far  # (for the divergence message: the cause to fix first)
+            if far is not None and not vars(self).get("_probe", False):  # (fit's probe: the fit itself warns)
+                warnings.warn(f"standardize_inputs=False, but the inputs are far from unit scale: {far}. The "
+                              "weights' prior and the warm-up assume inputs of order one; such fits run hot or "
+                              "stall. Set standardize_inputs=True (the default), or scale the inputs.", UserWarning,
+                              stacklevel=run.user_stacklevel())
         mean, scale = getattr(self, "input_mean_", None), getattr(self, "input_scale_", None)
         with np.errstate(over="ignore"):  # (an overflow to float32's inf is refused below, by name)
             out = (X if mean is None else standardise(X, mean.reshape(shape), scale.reshape(shape))).astype(
@@ -411,9 +416,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                            "the inputs."))
         return out
 
-    def _warn_unscaled(self, X: np.ndarray, axis: int) -> None:
-        """With ``standardize_inputs=False``: a UserWarning when a feature's root mean square is above
-        ``UNSCALED_INPUT`` (raw areas, pixel values of 0-255, timestamps). The weights' prior, N(0,
+    def _far_from_unit_scale(self, X: np.ndarray, axis: int) -> str | None:
+        """With ``standardize_inputs=False``: where a feature's root mean square is above ``UNSCALED_INPUT`` (raw
+        areas, pixel values of 0-255, timestamps), words naming the largest, else None. The weights' prior, N(0,
         prior_scale^2), and the warm-up's first steps are sized for inputs of order one: such a fit came back
         useless under a temperature or convergence warning that did not name the cause."""
         mean, std = moments(X, tuple(i for i in range(X.ndim) if i != axis))
@@ -421,17 +426,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             rms = np.hypot(mean, std)
         worst = int(np.argmax(rms))
         if not rms[worst] > UNSCALED_INPUT:
-            return
+            return None
         names = getattr(self, "feature_names_in_", None)
         kind = {2: "feature", 3: "per-step feature", 4: "channel"}.get(X.ndim, "feature")
         which = f"{kind} {worst}" + (f" ({names[worst]!r})" if names is not None and X.ndim == 2 else "")
         n_far = int((rms > UNSCALED_INPUT).sum())
-        warnings.warn(f"standardize_inputs=False, but the inputs are far from unit scale: {which} has mean "
-                      f"{mean[worst]:.4g} and standard deviation {std[worst]:.4g} ({n_far} of {len(rms)} {kind}s "
-                      f"{'has' if n_far == 1 else 'have'} a root mean square above {UNSCALED_INPUT:g}). The weights' prior "
-                      "and the warm-up assume inputs of order one; such fits run hot or stall. Set "
-                      "standardize_inputs=True (the default), or scale the inputs.", UserWarning,
-                      stacklevel=run.user_stacklevel())
+        return (f"{which} has mean {mean[worst]:.4g} and standard deviation {std[worst]:.4g}; {n_far} of {len(rms)} "
+                f"{kind}s {'has' if n_far == 1 else 'have'} a root mean square above {UNSCALED_INPUT:g}")
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
         """Bring validated input to the network's layout ``(n, *input_shape_)``, recording the per-sample shape
@@ -706,12 +707,17 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                  f"diverged, the last at step {step}")
         inputs = "" if getattr(self, "input_mean_", None) is not None else \
             ", or standardise the inputs (standardize_inputs=True)"
-        # a warm-up too short to measure the step (or one that ended hot) is the first thing to fix: its step is
+        # inputs far from unit scale are the first thing to fix (the step the warm-up finds for them is tiny:
+        # 1e-36 on raw data), then a warm-up too short to measure the step (or one that ended hot): its step is
         # a guess made at the start
+        far = vars(self).get("_far_inputs")
+        first = "" if far is None else (f" The inputs are far from unit scale ({far}) and not standardised: set "
+                                        "standardize_inputs=True, or scale them, first.")
         why = run.unsettled_warmup(self.sampler_state_)
         unsettled = "" if why is None else (f" The warm-up did not settle: {why}; increase burn_in (now "
-                                            f"{run.burn_in_words(self)}) first.")
-        return (f"{which}: {'; '.join(reasons)}.{unsettled} Reduce the step size (now {hint}), e.g. by a factor of 10"
+                                            f"{run.burn_in_words(self)}){'' if far else ' first'}.")
+        inputs = inputs if far is None else ""
+        return (f"{which}: {'; '.join(reasons)}.{first}{unsettled} Reduce the step size (now {hint}), e.g. by a factor of 10"
                 f"{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
                 "discarded (see fit_status_).")
