@@ -274,3 +274,18 @@ def test_a_divergence_on_raw_inputs_names_the_inputs_first():
     assert message.index("The inputs are far from unit scale (feature 23 has mean 9.273e+08") < \
         message.index("increase burn_in (now 100 steps).") < message.index("Reduce the step size")
     assert "first" not in message.split("scale them, first.")[1] and "or standardise the inputs" not in message
+
+
+def test_workers_do_not_repeat_the_datas_warnings():
+    """With n_jobs, each worker's group of chains validated the data again, and joblib relayed each worker's
+    warnings: a column-vector y, unscaled inputs and a constant target warned once per worker plus once."""
+    from bayesnet import BayesianMLPRegressor
+
+    X, y = load_breast_cancer(return_X_y=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        BayesianMLPClassifier((8,), standardize_inputs=False, n_chains=2, n_jobs=2, **SHORT).fit(X, y[:, None])
+        BayesianMLPRegressor((8,), n_chains=2, n_jobs=2, **SHORT).fit(X, np.full(len(X), 3.0))
+    said = [str(w.message) for w in caught if not issubclass(w.category, ConvergenceWarning)]
+    for words in ("column-vector y", "far from unit scale", "y is constant"):
+        assert sum(words in m for m in said) == 1, (words, said)

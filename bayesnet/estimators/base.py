@@ -399,7 +399,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 self.input_scale_ = np.where(constant, 1.0, scale)
             far = None if self.standardize_inputs else self._far_from_unit_scale(X, axis)
             self._far_inputs = far  # (for the divergence message: the cause to fix first)
-            if far is not None and not vars(self).get("_probe", False):  # (fit's probe: the fit itself warns)
+            # (not from fit's probe or a worker's group of chains: the fit itself warns, once)
+            if far is not None and not vars(self).get("_quiet_data", False):
                 warnings.warn(f"standardize_inputs=False, but the inputs are far from unit scale: {far}. The "
                               "weights' prior and the warm-up assume inputs of order one; such fits run hot or "
                               "stall. Set standardize_inputs=True (the default), or scale the inputs.", UserWarning,
@@ -485,7 +486,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 raise TypeError(f"{type(self).__name__}.fit got unexpected fit parameter(s) {sorted(fit_params)}; "
                                 "sample weights and forward arguments are not supported.")
             probe = clone(self)
-            probe._probe = True  # (its validation's warnings are the fit's own, given once when the fit validates)
+            probe._quiet_data = True  # (its validation's warnings are the fit's own, given once when the fit validates)
             probe._validate_hyperparameters()
             Xv, _ = probe._validate_fit_data(X, y, reset=True)
             run.make_plan(probe, len(Xv))  # burn_in="auto" resolved from the data (a warm-up that outlasts it)

@@ -60,7 +60,8 @@ class BayesianClassifierMixin(ClassifierMixin):
     """Classification head: categorical likelihood, Monte Carlo class probabilities."""
 
     def _validate_targets(self, y, reset: bool, classes=None):
-        y = column_or_1d(y, warn=not vars(self).get("_probe", False))  # (fit's probe: the fit itself warns)
+        # (not from fit's probe or a worker's group of chains: the fit itself warns, once)
+        y = column_or_1d(y, warn=not vars(self).get("_quiet_data", False))
         check_classification_targets(y)
         if reset:
             encoder = LabelEncoder().fit(y if classes is None else np.asarray(classes))
@@ -181,7 +182,7 @@ class BayesianRegressorMixin(RegressorMixin):
         y2 = y.reshape(len(y), -1)
         if reset:
             self.n_outputs_ = y2.shape[1]
-            self.y_mean_, self.y_scale_ = _target_scale(y2, warn=not vars(self).get("_probe", False))
+            self.y_mean_, self.y_scale_ = _target_scale(y2, warn=not vars(self).get("_quiet_data", False))
         elif y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} columns, but the model was fitted with {self.n_outputs_}.")
         return standardise(y2, self.y_mean_, self.y_scale_).astype(np.float32)

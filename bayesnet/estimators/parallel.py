@@ -117,6 +117,8 @@ def fit_groups(net, X, y, classes) -> None:
                              f"change {detail} in a later call, once every group has finished.")
         shards = [shard.set_params(**{k: new for k, (new, _) in c.items()}) if c else shard
                   for shard, c in zip(net.shards_, changes)]
+    for shard in shards:  # the data's warnings (a column-vector y, a constant target, unscaled inputs) came from
+        shard._quiet_data = True  # net's own validation above: not again from every worker
     tasks = {i: (shard, X, y, classes) for i, shard in enumerate(shards) if not resuming or i in resuming}
     done, lost = _run(tasks, net.n_jobs)
     for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
