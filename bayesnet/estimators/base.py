@@ -429,7 +429,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         if not rms[worst] > UNSCALED_INPUT:
             return None
         names = getattr(self, "feature_names_in_", None)
-        kind = {2: "feature", 3: "per-step feature", 4: "channel"}.get(X.ndim, "feature")
+        kind = "feature" if X.ndim == 2 else "channel" if axis == 1 else "per-step feature"
         which = f"{kind} {worst}" + (f" ({names[worst]!r})" if names is not None and X.ndim == 2 else "")
         n_far = int((rms > UNSCALED_INPUT).sum())
         return (f"{which} has mean {mean[worst]:.4g} and standard deviation {std[worst]:.4g}; {n_far} of {len(rms)} "
