@@ -955,3 +955,34 @@ def test_only_the_constant_columns_of_a_multi_output_target_are_named():
     y = 1e6 + 1e-7 * X[:, 0]
     reg = BayesianMLPRegressor(**{**FAST, "batch_size": -1}).fit(X, y)
     assert reg.y_scale_[0] == pytest.approx((y - 1e6).std(), rel=1e-3)
+
+
+@pytest.mark.parametrize("sampler, change", [
+    ("sghmc", {"sampler__preconditioner": "layer"}),
+    ("sghmc", {"sampler__preconditioner": None}),
+    ("tacthmc", {"sampler__n_bins": 10}),
+    ("tacthmc", {"sampler__wall": 1.0}),
+    ("pt-langevin", {"sampler__max_temperature": 2.0}),
+])
+def test_a_continued_fit_refuses_a_setting_the_state_is_built_on(cancer, sampler, change):
+    """Before: a new preconditioner was reported by the sampler (preconditioner_mode) while the chains kept the
+    old mass; tacthmc read its bias table (50 bins over [-5/3, 5/3]) through bins of the new n_bins or wall; a
+    new max_temperature left pt-langevin's ladder as it was. Now partial_fit refuses, naming the setting, and the
+    fit is unchanged."""
+    Xtr, _, ytr, _ = cancer
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=5, thinning=2, random_state=0, sampler=sampler)
+    if sampler == "pt-langevin":
+        kw.update(sampler__n_replicas=2, batch_size=-1)
+    if sampler == "tacthmc":
+        kw.update(sampler__steps_per_sample=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = BayesianMLPClassifier(**kw).fit(Xtr[:200], ytr[:200])
+        before = len(clf.trace_), int(clf.sampler_state_.step)
+        name = next(iter(change))
+        with pytest.raises(ValueError, match=f"changed {name}="):
+            clf.set_params(**change).partial_fit(Xtr[:200], ytr[:200])
+        assert (len(clf.trace_), int(clf.sampler_state_.step)) == before
+        clf.set_params(**{name: getattr(type(clf.sampler_)(), name.removeprefix("sampler__"))})  # the default
+        clf.partial_fit(Xtr[:200], ytr[:200])  # back to the value the chains were started with: they continue
+        assert int(clf.sampler_state_.step) > before[1]

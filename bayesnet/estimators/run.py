@@ -345,7 +345,8 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     Raises
     ------
     ValueError
-        On a changed architecture, ``burn_in``, ``n_chains``, ``device``, ``random_state`` or sampler class, or a
+        On a changed architecture, ``burn_in``, ``n_chains``, ``device``, ``random_state`` or sampler class, a
+        setting the sampler's state is built on (:attr:`~bayesnet.samplers.Sampler.state_settings`), or a
         sampler whose chain layout changed.
     """
     now = net.get_params(deep=False)
@@ -358,6 +359,10 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if refused:
         refuse_changes({k: (now[k], old[k]) for k in refused})
     sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
+    built_on = {f"sampler__{k}": (getattr(sampler, k), getattr(net.sampler_, k)) for k in type(sampler).state_settings
+                if hasattr(net.sampler_, k) and not _same(getattr(sampler, k), getattr(net.sampler_, k))}
+    if built_on:  # (the state keeps their old form: before, a new preconditioner was reported and not applied)
+        refuse_changes(built_on)
     if sampler.members_per_chain() != net.layout_.members_per_chain:
         raise ValueError(f"partial_fit cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
                          f"sampler of {sampler.members_per_chain()}; call fit() to start new chains.")

@@ -423,6 +423,10 @@ class Sampler(BaseEstimator):
     #: whether the kernel tunes its own step size on its acceptance rate during the warm-up (Metropolis
     #: samplers); the warm-up's curvature estimate is then only its starting point
     tunes_step_on_acceptance: ClassVar[bool] = False
+    #: settings the chains' state is built on (the mass matrix's form; tacthmc's bias table, pt-langevin's
+    #: temperature ladder): a continued fit (``partial_fit``, ``warm_start``) refuses a change to any of them,
+    #: which the state would otherwise keep in its old form while the sampler reported the new one
+    state_settings: ClassVar[tuple[str, ...]] = ("preconditioner",)
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """The step size for a largest preconditioned curvature ``curvature`` and a mini-batch noise fraction

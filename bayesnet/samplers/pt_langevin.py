@@ -217,6 +217,8 @@ class PTLangevin(Sampler):
     """
 
     name = "pt-langevin"
+    # the replicas' inverse temperatures are set in the state at the start: a continued chain keeps its ladder
+    state_settings = Sampler.state_settings + ("max_temperature",)
     full_batch = True  # the Metropolis-Hastings tests are exact only on the full-data potential
     stats = {**COMMON_STATS, "accepted": Stat("mean"), "accept_prob": Stat("mean", "acceptance_rate", "acceptance_rate"),
              "langevin": Stat("mean"), "temperature": Stat("mean"), "divergent": Stat("sum", "n_divergent", "diverging")}

@@ -250,6 +250,8 @@ class TACTHMC(Sampler):
     """
 
     name = "tacthmc"
+    # the bias table's bins span [-wall, wall] in n_bins: a continued chain keeps its table
+    state_settings = Sampler.state_settings + ("n_bins", "wall")
     default_thinning = 1  # samples are already K steps apart
     stats = {**COMMON_STATS, **MOMENTUM_STATS, "xi": Stat("mean"), "effective_temperature": Stat("mean"),
              "thermostat": Stat("mean"), "tempering_thermostat": Stat("mean"),
