@@ -1394,3 +1394,26 @@ def test_after_a_lost_first_group_the_exports_keep_the_chains_numbers(iris):
     messages = fit_recording(est, X, y)
     assert est.fit_status_["lost_chains"] == [0, 1], messages
     assert est.to_arviz().posterior.chain.values.tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(callbacks__nonexistent=None), "has no callback named 'nonexistent'"),
+    (dict(callbacks__nonexistent__x=1), "has no callback named 'nonexistent'"),
+    (dict(callbacks="disable", callbacks__nonexistent=1), r"has no callback named 'nonexistent' \(callbacks='disable'"),
+    (dict(iterator_train__num_workers=0), "does not take iterator_train__num_workers: .* takes iterator_train__shuffle"),
+    (dict(iterator_train__drop_last=True), "does not take iterator_train__drop_last"),
+])
+def test_the_constructors_callback_and_iterator_settings_are_checked(iris, kwargs, message):
+    """A helper's user test: skorch ignored a constructor's callbacks__<name> for a callback the estimator does
+    not have (set_params refused it), and a DataLoader option (iterator_train__num_workers, drop_last) reached the
+    batches' iterator, which failed at step 0 with a TypeError and left an 'interrupted' fit. Both are refused by
+    fit now, before anything runs; the documented ones still fit."""
+    X, y = iris
+    with pytest.raises(ValueError, match=message):
+        BayesianMLPClassifier((8,), burn_in=20, n_draws=5, **kwargs).fit(X, y)
+    for fine in (dict(callbacks__print_log=None), dict(callbacks__divergence=None), dict(iterator_train__shuffle=False),
+                 dict(callbacks="disable", callbacks__print_log=None)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, random_state=0, **fine).fit(X, y)
+        assert est.fit_status_["status"] == "complete", fine

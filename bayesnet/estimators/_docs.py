@@ -161,7 +161,9 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         1 shows a progress bar over sampler steps.
     **kwargs
         ``sampler__*`` hyperparameters and skorch ``NeuralNet`` options
-        (``callbacks``, ``iterator_train__*``, ...).
+        (``callbacks``, ``callbacks__<name>`` for a callback the estimator
+        has, ``iterator_train__shuffle``, ...); ``fit`` raises ValueError
+        for another ``callbacks__<name>`` or ``iterator_train__*`` key.
 
 """
 

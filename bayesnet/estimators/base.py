@@ -15,6 +15,7 @@ and ``run_single_epoch`` runs the steps without reading the device at every step
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from numbers import Integral, Real
 
@@ -193,6 +194,14 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         prefixed = sorted(k for k in vars(self) if k.startswith(self._UNUSED_SKORCH_PREFIXES))
         if prefixed:
             raise self._unused_skorch_error(", ".join(prefixed))
+        # the constructor's callbacks__* (skorch applies them to the callbacks it finds and ignores the others)
+        settings = {k: v for k, v in vars(self).items() if k.startswith("callbacks__")}
+        if self.callbacks == "disable":
+            self._check_callback_settings(settings)
+        else:
+            names = {name for name, _ in self._uniquely_named_callbacks()} | {"progress_bar"}  # (with verbose)
+            self._check_callback_settings(settings, names)
+        self._check_iterator_settings()
         for entry in self.callbacks if isinstance(self.callbacks, (list, tuple)) else ():
             callback = entry[1] if isinstance(entry, tuple) else entry
             kind = callback if isinstance(callback, type) else type(callback)
@@ -210,6 +219,26 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                  f"or gradients, or on the per-epoch losses and scores skorch records; {name} has "
                                  "none of these (its sampler moves the weights; the per-step figures are in "
                                  "step_stats_ and the draws in trace_).")
+
+    def _check_iterator_settings(self) -> None:
+        """``iterator_train__<name>``: only the keywords the batches' iterator takes (``shuffle`` for
+        :class:`~bayesnet.estimators.run.PlannedBatches`); before, a DataLoader option (``num_workers``,
+        ``drop_last``) failed at the first step with a TypeError and left an interrupted fit."""
+        given = sorted(self.get_params_for("iterator_train"))
+        iterator = self.iterator_train
+        try:
+            parameters = inspect.signature(iterator).parameters
+        except (TypeError, ValueError):  # (no signature to read: the iterator's own error, at the first step)
+            return
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return  # (a subclass that takes any keyword)
+        taken = set(parameters) - {"self", "dataset", "batch_size", "net"}
+        unknown = [k for k in given if k not in taken]
+        if unknown:
+            raise ValueError(f"{type(self).__name__} does not take iterator_train__{unknown[0]}: its mini-batches are "
+                             f"rows of the in-memory data picked by index ({getattr(iterator, '__name__', iterator)}"
+                             f" takes {', '.join(f'iterator_train__{k}' for k in sorted(taken)) or 'no option'}); "
+                             "the batch size is the estimator's batch_size.")
 
     def _unused_skorch_error(self, what: str) -> ValueError:
         """The error for skorch options (``what``, as the user gave them) that this estimator has no use for."""
@@ -296,28 +325,37 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             self.callbacks = params.pop("callbacks")  # old ones', and failed when they were "disable"d)
             self._initialize_callbacks()
         if self.callbacks == "disable":  # nothing runs to address: the settings are kept for when they are enabled
-            known = {name for name, _ in self._default_callbacks} | {"divergence", "draw_quota", "progress_bar"}
-            unknown = sorted({k[len("callbacks__"):].split("__", 1)[0] for k in params}
-                             - known - set(self._DROPPED_CALLBACKS))
-            if unknown:
-                raise ValueError(f"{type(self).__name__} has no callback named {unknown[0]!r} (callbacks="
-                                 "'disable'; its default callbacks: " f"{', '.join(sorted(known))}).")
+            self._check_callback_settings(params)
             return self
         names = {name for name, _ in getattr(self, "callbacks_", None) or ()}
+        for key in self._check_callback_settings(params, names):
+            del params[key]  # already off
+        if not params:  # (skorch's own method fails on an empty callbacks_, e.g. callbacks="disable")
+            return self
+        return super()._set_params_callback(**params)
+
+    def _check_callback_settings(self, params: dict, names: set | None = None) -> list[str]:
+        """Refuse a ``callbacks__<name>...`` key of ``params`` for a callback the estimator does not have (among
+        ``names``; with ``callbacks="disable"``, None: the default callbacks, which the settings wait for); return
+        the keys that turn off one of skorch's callbacks this estimator leaves out (``callbacks__print_log=None``,
+        skorch's idiom: nothing to do). skorch itself ignored an unknown name given to the constructor."""
+        disabled = names is None
+        if disabled:
+            names = {name for name, _ in self._default_callbacks} | {"divergence", "draw_quota", "progress_bar"}
+        off = []
         for key in [k for k in params if k.startswith("callbacks__")]:
             name = key[len("callbacks__"):]
             head = name.split("__", 1)[0]
             if head in names:
                 continue
-            if head in self._DROPPED_CALLBACKS and head == name and params[key] is None:
-                del params[key]  # already off
+            if head in self._DROPPED_CALLBACKS and (disabled or (head == name and params[key] is None)):
+                off.append(key)
                 continue
-            raise ValueError(f"{type(self).__name__} has no callback named {head!r} (its callbacks: "
-                             f"{', '.join(sorted(names)) or 'none'}); skorch's valid_loss, print_log and train_loss "
-                             "are left out, since it records no losses.")
-        if not params:  # (skorch's own method fails on an empty callbacks_, e.g. callbacks="disable")
-            return self
-        return super()._set_params_callback(**params)
+            which = (f"callbacks='disable'; its default callbacks: {', '.join(sorted(names))}" if disabled else
+                     f"its callbacks: {', '.join(sorted(names)) or 'none'}")
+            raise ValueError(f"{type(self).__name__} has no callback named {head!r} ({which}); skorch's "
+                             "valid_loss, print_log and train_loss are left out, since it records no losses.")
+        return off
 
     @property
     def _default_callbacks(self):
