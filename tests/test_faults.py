@@ -1417,3 +1417,18 @@ def test_the_constructors_callback_and_iterator_settings_are_checked(iris, kwarg
             warnings.simplefilter("ignore")
             est = BayesianMLPClassifier((8,), burn_in=20, n_draws=5, random_state=0, **fine).fit(X, y)
         assert est.fit_status_["status"] == "complete", fine
+
+
+def test_warm_up_warnings_name_an_explicit_adaptation_steps(iris):
+    """A helper's user test: with sampler__adaptation_steps=40 in a burn-in of 400, the warning said 'the warm-up
+    (40 steps, the burn-in) did not settle ... Increase burn_in (now 400 steps)', which changes nothing; with 0, 'no
+    warm-up ran ... Increase burn_in'. They name the setting that sets the warm-up's length now."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), burn_in=400, n_draws=5, random_state=0)
+    said = " ".join(fit_recording(BayesianMLPClassifier(**kw, sampler__adaptation_steps=40), X, y))
+    assert "the warm-up (40 steps, sampler__adaptation_steps) did not settle" in said
+    assert "Increase sampler__adaptation_steps (now 40; at most the burn-in, 400 steps)" in said
+    said = " ".join(fit_recording(BayesianMLPClassifier(**kw, sampler__adaptation_steps=0), X, y))
+    assert "Set sampler__adaptation_steps (now 0) to 'auto' or at least 200" in said
+    said = " ".join(fit_recording(BayesianMLPClassifier(**{**kw, "burn_in": 100}), X, y))
+    assert "the warm-up (100 steps, the burn-in) did not settle" in said and "Increase burn_in (now 100 steps)" in said

@@ -753,8 +753,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         first = "" if far is None else (f" The inputs are far from unit scale ({far}) and not standardised: set "
                                         "standardize_inputs=True, or scale them, first.")
         why = run.unsettled_warmup(self.sampler_state_)
-        unsettled = "" if why is None else (f" The warm-up did not settle: {why}; increase burn_in (now "
-                                            f"{run.burn_in_words(self)}){'' if far else ' first'}.")
+        longer = run.warmup_setting(self) or f"burn_in (now {run.burn_in_words(self)})"
+        unsettled = "" if why is None else (f" The warm-up did not settle: {why}; increase {longer}"
+                                            f"{'' if far else ' first'}.")
         inputs = inputs if far is None else ""
         return (f"{which}: {'; '.join(reasons)}.{first}{unsettled} Reduce the step size (now {hint}), e.g. by a factor of 10"
                 f"{inputs}. {len(trace)} draws from before the divergence are kept and usable for "

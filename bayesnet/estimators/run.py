@@ -961,6 +961,16 @@ def no_warmup(net, state) -> bool:
             and net.sampler_.adaptation_length() <= 0)
 
 
+def warmup_setting(net) -> str | None:
+    """The explicit ``sampler__adaptation_steps`` that sets the warm-up's length, as a message names it (with the
+    burn-in it must fit in), or None when the warm-up is the burn-in (``"auto"``, or a sampler without the option):
+    a longer burn-in does not lengthen an explicit warm-up."""
+    n = getattr(net.sampler_, "adaptation_steps", "auto")
+    if isinstance(n, str):
+        return None
+    return f"sampler__adaptation_steps (now {int(n)}; at most the burn-in, {burn_in_words(net)})"
+
+
 def unsettled_warmup(state) -> str | None:
     """Why the warm-up of the sampler state ``state`` did not settle (its report's reason), or None when it settled,
     has not ended, or there was none."""
@@ -1038,15 +1048,19 @@ def warn_status(net) -> None:
         messages.append(f"{len(diverged)} of {net.n_chains} chains diverged and stopped taking draws: {detail}. "
                         f"The other chains finished. {_step_advice(net, state)}.")
     unsettled = unsettled_warmup(state)
+    explicit = warmup_setting(net) if state is not None else None
     if unsettled is not None:
-        messages.append(f"the warm-up ({state.warmup_report['n_steps']} steps, the burn-in) did not settle: "
-                        f"{unsettled}. Increase burn_in (now {burn_in_words(net)}).")
+        length = "sampler__adaptation_steps" if explicit else "the burn-in"
+        messages.append(f"the warm-up ({state.warmup_report['n_steps']} steps, {length}) did not settle: "
+                        f"{unsettled}. Increase {explicit or f'burn_in (now {burn_in_words(net)})'}.")
     elif no_warmup(net, state):
         from ..samplers.warmup import MIN_SETTLED
 
+        longer = (f"Set sampler__adaptation_steps (now {net.sampler_.adaptation_steps}) to 'auto' or at least "
+                  f"{MIN_SETTLED}" if explicit else
+                  f"Increase burn_in (now {burn_in_words(net)}; the warm-up needs at least {MIN_SETTLED})")
         messages.append(f"no warm-up ran, so nothing set the step size: the chains ran at the fallback step "
-                        f"{net.sampler_.fallback_step_size:g} with a unit mass. Increase burn_in (now "
-                        f"{burn_in_words(net)}; the warm-up needs at least {MIN_SETTLED}), or set "
+                        f"{net.sampler_.fallback_step_size:g} with a unit mass. {longer}, or set "
                         "sampler__step_size.")
     messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
