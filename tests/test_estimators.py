@@ -182,6 +182,11 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
     (dict(n_chains=0), "n_chains"),
     (dict(n_chains=2, n_jobs="two"), "n_jobs"),
     (dict(device="tpu"), "device"),
+    # bools are not numbers (a helper's user test: batch_size=True was a batch of one row, burn_in=True one step)
+    (dict(batch_size=True), "'batch_size' parameter of BayesianMLPClassifier must not be a bool, got True"),
+    (dict(burn_in=True), "'burn_in' parameter .* must not be a bool"),
+    (dict(n_draws=True), "'n_draws' parameter .* must not be a bool"),
+    (dict(prior_scale=True), "'prior_scale' parameter .* must not be a bool"),
 ])
 def test_bad_hyperparameters(cancer, kwargs, match):
     Xtr, _, ytr, _ = cancer

@@ -163,6 +163,12 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         params = {k: getattr(self, k) for k in constraints}
         if isinstance(self.sampler, str) and self.sampler not in available_samplers():
             raise ValueError(f"unknown sampler {self.sampler!r}; valid names are {available_samplers()}.")
+        for key, options in constraints.items():  # bools are not numbers here, as for the samplers' settings
+            # (scikit-learn's Interval(Integral) takes True: batch_size=True was a batch of one row)
+            if isinstance(params[key], (bool, np.bool_)) and not {"boolean", "verbose", "random_state"} & {
+                    o for o in options if isinstance(o, str)}:
+                raise ValueError(f"The {key!r} parameter of {type(self).__name__} must not be a bool, got "
+                                 f"{params[key]!r}.")
         validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
         self._refuse_unused_skorch_options()
         # the sampler's own hyperparameters (unknown names, ranges); "auto" is resolved with the data, in fit
