@@ -187,6 +187,9 @@ def test_sampler_hyperparameters_reach_the_kernel(cancer):
     (dict(burn_in=True), "'burn_in' parameter .* must not be a bool"),
     (dict(n_draws=True), "'n_draws' parameter .* must not be a bool"),
     (dict(prior_scale=True), "'prior_scale' parameter .* must not be a bool"),
+    # (before: 1e-300 was a step of 0 in float32, 1e300 a RuntimeError from torch naming no parameter)
+    (dict(sampler="sgnht", sampler__step_size=1e-300), r"sgnht: step_size=1e-300 is outside float32's range"),
+    (dict(sampler__step_size=1e300), r"sghmc: step_size=1e\+300 is outside float32's range"),
 ])
 def test_bad_hyperparameters(cancer, kwargs, match):
     Xtr, _, ytr, _ = cancer

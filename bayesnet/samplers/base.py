@@ -27,6 +27,7 @@ What a kernel declares, so that the estimators never look behind it:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from numbers import Real
 from typing import Any, ClassVar, Protocol, Sequence
 
 import torch
@@ -311,6 +312,13 @@ class Sampler(BaseEstimator):
             if isinstance(val, bool) and "boolean" not in constraints:
                 raise ValueError(f"The {key!r} parameter of {type(self).__name__} must not be a bool, got {val!r}.")
         self._validate_params()
+        step = getattr(self, "step_size", None)
+        if isinstance(step, Real) and not isinstance(step, bool) and not (
+                torch.finfo(torch.float32).tiny <= float(step) <= torch.finfo(torch.float32).max):
+            # (before: 1e-300 became a step of 0, which stood still or raised a DivergenceError asking for a smaller
+            # step; 1e300 a RuntimeError from torch that named no parameter)
+            raise ValueError(f"{self.name}: step_size={step!r} is outside float32's range (1.2e-38 to 3.4e38), "
+                             "in which the chains compute.")
         self._check_params()
         return self
 
