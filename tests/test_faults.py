@@ -1432,3 +1432,14 @@ def test_warm_up_warnings_name_an_explicit_adaptation_steps(iris):
     assert "Set sampler__adaptation_steps (now 0) to 'auto' or at least 200" in said
     said = " ".join(fit_recording(BayesianMLPClassifier(**{**kw, "burn_in": 100}), X, y))
     assert "the warm-up (100 steps, the burn-in) did not settle" in said and "Increase burn_in (now 100 steps)" in said
+
+
+def test_the_progress_bar_ends_on_the_draws_kept(iris, capsys):
+    """A helper's user test: verbose=1's bar refreshed its postfix every 20 steps only and ended showing draws=10
+    (those of step 60 of 66) when 13 were kept. Its last line shows the draws kept."""
+    X, y = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((8,), burn_in=40, n_draws=13, thinning=2, verbose=1, random_state=0).fit(X, y)
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert len(est.trace_) == 13 and "draws=13" in last, last

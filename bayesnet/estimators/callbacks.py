@@ -40,6 +40,7 @@ class SamplingProgressBar(Callback):
         self._bar = tqdm(total=net.steps_expected_, desc=f"sampling ({net.sampler_.name})",
                          unit="step", leave=True, dynamic_ncols=True)
         self._count = 0
+        self._postfix = {}
 
     def on_batch_end(self, net, training=False, info=None, **kwargs):
         if not training or getattr(self, "_bar", None) is None:
@@ -52,9 +53,14 @@ class SamplingProgressBar(Callback):
             pots = net.trace_.as_array(potentials=True)
             if pots.ndim == 2 and pots.shape[0] > 1 and pots.shape[1] >= 8:
                 postfix["rhat"] = f"{split_rhat(pots):.3f}"
+            self._postfix = postfix
             self._bar.set_postfix(refresh=False, **postfix)
 
     def on_train_end(self, net, X=None, y=None, **kwargs):
+        bar = getattr(self, "_bar", None)
+        if bar is not None and getattr(net, "trace_", None) is not None:  # the draws at the end (the postfix was
+            self._postfix["draws"] = len(net.trace_)  # of the last refresh)
+            bar.set_postfix(refresh=False, **self._postfix)
         self.close()
 
     def close(self):
