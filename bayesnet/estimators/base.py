@@ -600,7 +600,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         if getattr(self, "sampler_state_", None) is not None and isinstance(self.sampler, (str, type)) \
                 and running is not None and sampler_class(self.sampler) is not type(running):
             raise ValueError(f"partial_fit cannot continue a {running.name} chain with sampler {self.sampler!r}; "
-                             "call fit() to start a new chain.")
+                             "call fit() (with warm_start=False) to start a new chain.")
         self._validate_hyperparameters()  # every path: fresh, continuing, groups of chains in workers
         # the process layout is the fit's: groups of chains in workers from a fresh fit with n_jobs (continued in
         # their groups whatever n_jobs is now); chains started in this process continue here (n_jobs set since
