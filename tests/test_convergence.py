@@ -397,3 +397,17 @@ def test_stuck_chains_and_nan_are_no_perfect_score():
     noisy = np.random.default_rng(0).normal(size=(4, 100))
     noisy[1, 3] = np.nan
     assert math.isnan(tail_effective_sample_size(noisy)) and math.isnan(effective_sample_size(noisy))
+
+
+def test_rows_whose_chains_stood_still_summarise_without_a_numpy_warning():
+    """A helper's user test: pt-langevin on mini-batches left rows whose chains each stood still at their own value
+    (an infinite R-hat), and numpy's quantile interpolated inf - inf between two of them: a RuntimeWarning reached
+    the user. The summary reads them as infinite, quietly."""
+    from bayesnet.estimators.run import pointwise_summary
+
+    ll = np.random.default_rng(0).normal(size=(4, 50, 64))
+    ll[:, :, :60] = np.arange(4)[:, None, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = pointwise_summary(ll)
+    assert summary["rhat"] == summary["rhat_q90"] == np.inf

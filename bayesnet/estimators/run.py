@@ -687,9 +687,12 @@ def pointwise_summary(ll: np.ndarray) -> dict:
     read")."""
     rhat = rank_normalized_split_rhat_many(ll)  # all rows at once (a loop cost 30 ms per fit)
     ess = bulk_effective_sample_size_many(ll)
+    with np.errstate(invalid="ignore"):  # (rows whose chains stood still have an infinite R-hat: numpy's
+        # quantile interpolates inf - inf between two of them, a RuntimeWarning the user saw, and gives inf or nan)
+        q90 = float(np.quantile(rhat, 0.9, method="higher"))
+        q10 = float(np.quantile(ess, 0.1, method="lower"))
     return {"rhat": float(np.median(rhat)), "ess_bulk": float(np.median(ess)),
-            "rhat_q90": float(np.quantile(rhat, 0.9)), "ess_bulk_q10": float(np.quantile(ess, 0.1)),
-            "rows": int(ll.shape[2])}
+            "rhat_q90": q90, "ess_bulk_q10": q10, "rows": int(ll.shape[2])}
 
 
 def _quota_slots(net) -> np.ndarray:
