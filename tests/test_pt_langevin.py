@@ -60,6 +60,10 @@ def test_ladder_and_defaults():
     assert make_sampler("pt-langevin", langevin_step_size=0.1).resolve_langevin_step_size() == 0.1
     assert geometric_ladder(1, 5.0) == [1.0]
     assert geometric_ladder(3, 1.0) == [1.0, 1.0, 1.0]
+    # the temperatures it samples at: one replica does not temper (before: (1, 5), so prior_scale="auto" took the
+    # fan-in prior and "hierarchical" was refused for a sampler that "samples at temperatures 1 to 5")
+    assert s.temperature_range() == pytest.approx((1.0, 5.0))
+    assert make_sampler("pt-langevin", n_replicas=1).temperature_range() == (1.0, 1.0)
     assert make_sampler("pt-langevin", n_steps=1000).tempering_steps() == 600
     assert s.tempering_steps() is None
     hint = s.divergence_hint(None)

@@ -334,7 +334,9 @@ class PTLangevin(Sampler):
         return int(self.n_replicas)
 
     def temperature_range(self) -> tuple[float, float]:
-        return 1.0, float(self.max_temperature)
+        # the ladder's ends (one replica: the ladder is [1], no tempering, whatever max_temperature says)
+        ladder = geometric_ladder(self.n_replicas, self.max_temperature)
+        return float(min(ladder)), float(max(ladder))
 
     def resolve_langevin_step_size(self, sigma: float | None = None) -> float:
         """:math:`r`: ``langevin_step_size``, or :math:`\\sigma^2/2` for "auto", with :math:`\\sigma` the given
