@@ -90,11 +90,10 @@ class HMC(Sampler):
         :math:`T > 0`.
     target_accept : float, default=0.8
         Acceptance probability the adaptation aims at, in (0, 1). The
-        acceptance after the warm-up comes out above it, as Stan's does: the
-        frozen step is the dual averaging's weighted average of log steps,
-        below the iterates that hovered at the target (a user's test on a
-        30-8-2 network with 3 leapfrog steps: 0.67, 0.84, 0.93 for targets
-        0.5, 0.65, 0.8). Lower it for a larger step.
+        acceptance after the warm-up comes out above it, as Stan's does (the
+        frozen step is the dual averaging's average of log steps, not its
+        last iterate; a user's test on a 30-8-2 network with 3 leapfrog
+        steps: 0.67, 0.84, 0.93 for targets 0.5, 0.65, 0.8).
     preconditioner : {"auto", "diagonal", "layer"} or None, default="auto"
         The diagonal mass matrix adapted during the warm-up, from the
         gradients' and positions' spreads (:mod:`bayesnet.samplers.warmup`); None is
