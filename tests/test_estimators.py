@@ -955,7 +955,7 @@ def test_a_constant_target_is_predicted_as_itself_with_a_warning(value, n):
 def test_only_the_constant_columns_of_a_multi_output_target_are_named():
     X = np.random.default_rng(0).normal(size=(100, 3))
     Y = np.column_stack([X[:, 0], np.full(100, 3.0), X[:, 1] - X[:, 2]])
-    with pytest.warns(UserWarning, match=r"column\(s\) \[1\] are constant \(3\): the model predicts that value"):
+    with pytest.warns(UserWarning, match=r"y's column 1 is constant \(3\): the model predicts that value"):
         reg = BayesianMLPRegressor(**{**FAST, "batch_size": -1}).fit(X, Y)
     assert reg.y_scale_[0] == pytest.approx(Y[:, 0].std()) and reg.y_scale_[2] == pytest.approx(Y[:, 2].std())
     np.testing.assert_allclose(reg.predict(X[:5])[:, 1], 3.0, rtol=1e-5)
@@ -963,6 +963,19 @@ def test_only_the_constant_columns_of_a_multi_output_target_are_named():
     y = 1e6 + 1e-7 * X[:, 0]
     reg = BayesianMLPRegressor(**{**FAST, "batch_size": -1}).fit(X, y)
     assert reg.y_scale_[0] == pytest.approx((y - 1e6).std(), rel=1e-3)
+
+
+def test_a_target_varying_below_float64s_squares_keeps_a_scale():
+    """The reviewer's: values near 1e-200 vary, but their squares underflow, so their float64 standard deviation is
+    0; the constant-target change had dropped the old guard, leaving a scale of 0 (a division by zero, then a
+    DivergenceError). Their spread is measured on the column over its largest magnitude."""
+    from bayesnet.estimators.mixins import _target_scale
+
+    y = (1 + np.random.default_rng(0).random(40)) * 1e-200
+    mean, scale = _target_scale(y[:, None], warn=False)
+    assert y.std() == 0.0 and scale[0] == pytest.approx((y / y.max()).std() * y.max())
+    assert scale[0] > 0 and mean[0] == pytest.approx(y.mean())
+    assert _target_scale(np.array([[0.0], [5e-324]]), warn=False)[1][0] == 1.0  # (even the quotient underflows)
 
 
 @pytest.mark.parametrize("sampler, change", [

@@ -29,16 +29,26 @@ def _check_level(level) -> float:
 def _target_scale(y2: np.ndarray, warn: bool) -> tuple[np.ndarray, np.ndarray]:
     """The mean and scale that standardise the columns of ``y2`` (shape ``(n, k)``), each shape ``(k,)``.
 
-    A column whose values are all equal has no scale of its own. (Exactly equal: unlike an input's, a target's scale
-    only multiplies the network's outputs, so a spread at rounding level does no harm and is fitted as it is, and a
-    real spread of one part in 1e13 stays a spread.) Its mean is the value itself, not a sum's rounding of it, and its scale is the value's float32 resolution,
-    ``|value| * 1.19e-7`` (1 for a column of zeros), so that the model predicts the value with an interval far
-    below it. The float64 mean and standard deviation of equal values are off by a rounding error or not,
-    depending on the count, which gave such a column either a scale of 1e-17 or of 1: a constant 5e-6 was predicted
-    as 5e-4 +- 0.06. With ``warn`` a UserWarning names the constant columns.
+    A column whose values are all equal has no scale of its own. (Exactly equal: unlike an input's, a target's
+    scale only multiplies the network's outputs, so a spread at rounding level does no harm and is fitted as it
+    is, and a real spread of one part in 1e13 stays a spread.) Its mean is the value itself, not a sum's rounding
+    of it, and its scale is the value's float32 resolution, ``|value| * 1.19e-7`` (1 for a column of zeros), so
+    that the model predicts the value with an interval far below it. The float64 mean and standard deviation of
+    equal values are off by a rounding error or not, depending on the count, which gave such a column either a
+    scale of 1e-17 or of 1: a constant 5e-6 was predicted as 5e-4 +- 0.06. With ``warn`` a UserWarning names the
+    constant columns.
+
+    A column that varies at a scale whose squares underflow (values near 1e-200) has its standard deviation
+    computed on the column divided by its largest magnitude, then scaled back; 1 where even that underflows.
     """
     mean, scale = moments(y2, 0)  # (overflow-safe: targets near float64's limit)
     constant = (y2 == y2[:1]).all(axis=0) if len(y2) else np.zeros(y2.shape[1], dtype=bool)
+    tiny = ~constant & ~(scale > 0)
+    if tiny.any():
+        top = np.abs(y2[:, tiny]).max(axis=0)
+        scale = scale.copy()
+        scale[tiny] = (y2[:, tiny] / top).std(axis=0) * top
+        scale = np.where(constant | (scale > 0), scale, 1.0)
     if not constant.any():
         return mean, scale
     value = y2[0].astype(np.float64)
@@ -47,12 +57,14 @@ def _target_scale(y2: np.ndarray, warn: bool) -> tuple[np.ndarray, np.ndarray]:
     scale = np.where(constant, np.where(floor > 0, floor, 1.0), scale)
     if warn:
         columns = np.flatnonzero(constant)
+        values = ", ".join(f"{v:.6g}" for v in value[columns])
         what = (f"y is constant ({value[0]:.6g} in every row)" if y2.shape[1] == 1 else
-                f"y's column(s) {columns.tolist()} are constant ({', '.join(f'{v:.6g}' for v in value[columns])})")
-        warnings.warn(f"{what}: the model predicts {'that value' if len(columns) == 1 else 'those values'}, and its intervals come from the noise prior alone "
-                      "(scaled to the value's float32 resolution, or to 1 for zeros), not from the data. A later "
-                      "partial_fit standardises its targets with this scale; fit a target that varies instead.",
-                      UserWarning, stacklevel=user_stacklevel())
+                f"y's column {columns[0]} is constant ({values})" if len(columns) == 1 else
+                f"y's columns {columns.tolist()} are constant ({values})")
+        warnings.warn(f"{what}: the model predicts {'that value' if len(columns) == 1 else 'those values'}, and its "
+                      "intervals come from the noise prior alone (scaled to the value's float32 resolution, or to 1 "
+                      "for zeros), not from the data. A later partial_fit standardises its targets with this scale; "
+                      "fit a target that varies instead.", UserWarning, stacklevel=user_stacklevel())
     return mean, scale
 
 
