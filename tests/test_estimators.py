@@ -1007,3 +1007,21 @@ def test_a_continued_fit_refuses_a_setting_the_state_is_built_on(cancer, sampler
         clf.set_params(**{name: getattr(type(clf.sampler_)(), name.removeprefix("sampler__"))})  # the default
         clf.partial_fit(Xtr[:200], ytr[:200])  # back to the value the chains were started with: they continue
         assert int(clf.sampler_state_.step) > before[1]
+
+
+def test_a_continued_fit_takes_another_name_for_the_same_state_and_refuses_before_any_group_changes(cancer):
+    """The reviewer's: "diagonal" for "auto" (with step_size="auto", the same mass), or a max_temperature for a
+    one-replica pt-langevin (its ladder is [1] whatever it says), were refused as changes; with n_jobs, a refused
+    change had already been set on every group of chains, so the fit was not left as it was."""
+    Xtr, _, ytr, _ = cancer
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=5, thinning=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = BayesianMLPClassifier(**kw).fit(Xtr[:200], ytr[:200])
+        clf.set_params(sampler__preconditioner="diagonal").partial_fit(Xtr[:200], ytr[:200])
+        one = BayesianMLPClassifier(**kw, sampler="pt-langevin", sampler__n_replicas=1, batch_size=-1)
+        one.fit(Xtr[:200], ytr[:200]).set_params(sampler__max_temperature=2.0).partial_fit(Xtr[:200], ytr[:200])
+        groups = BayesianMLPClassifier(**kw, n_chains=2, n_jobs=2).fit(Xtr[:200], ytr[:200])
+        with pytest.raises(ValueError, match="changed sampler__preconditioner='layer'"):
+            groups.set_params(sampler__preconditioner="layer").partial_fit(Xtr[:200], ytr[:200])
+    assert all(shard.get_params().get("sampler__preconditioner", "auto") == "auto" for shard in groups.shards_)

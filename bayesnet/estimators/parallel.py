@@ -109,6 +109,13 @@ def fit_groups(net, X, y, classes) -> None:
             mine = shard.get_params(deep=False)
             changes.append({k: (v, mine.get(k)) for k, v in net.get_params(deep=False).items()
                             if k not in ("n_chains", "n_jobs", "verbose", "callbacks") and not _same(v, mine.get(k))})
+        if any(changes):  # a setting a group's sampler state is built on: refused before any group changes
+            from ..samplers import make_sampler
+            from .run import refuse_state_changes
+
+            sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
+            for shard in net.shards_:
+                refuse_state_changes(sampler, shard.sampler_)
         plan = {k: c[k] for c in changes for k in ("n_draws", "thinning", "max_epochs") if k in c}
         if resuming and plan:  # refused before any group changes, so the fit stays as it was
             detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in plan.items())

@@ -309,6 +309,17 @@ def refuse_changes(changes: dict) -> None:
                      f"with the old value(s); call fit() to start new chains (with warm_start=False).")
 
 
+def refuse_state_changes(sampler, previous) -> None:
+    """Refuse (ValueError) to continue chains of the sampler ``previous`` under ``sampler`` when a setting their
+    state is built on changed (:meth:`~bayesnet.samplers.Sampler.changed_state_settings`: before, a new
+    preconditioner was reported and not applied). Samplers of another class are refused elsewhere."""
+    if type(sampler) is not type(previous):
+        return
+    built_on = sampler.changed_state_settings(previous)
+    if built_on:
+        refuse_changes({f"sampler__{k}": v for k, v in built_on.items()})
+
+
 def _carry_settings(previous, sampler, state) -> None:
     """A continued chain runs the new sampler's settings: the per-coordinate scales derived from the old ones
     (noise and momentum scales hold the temperature, friction, noise level) are dropped, and an explicit
@@ -359,10 +370,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if refused:
         refuse_changes({k: (now[k], old[k]) for k in refused})
     sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
-    built_on = {f"sampler__{k}": (getattr(sampler, k), getattr(net.sampler_, k)) for k in type(sampler).state_settings
-                if hasattr(net.sampler_, k) and not _same(getattr(sampler, k), getattr(net.sampler_, k))}
-    if built_on:  # (the state keeps their old form: before, a new preconditioner was reported and not applied)
-        refuse_changes(built_on)
+    refuse_state_changes(sampler, net.sampler_)
     if sampler.members_per_chain() != net.layout_.members_per_chain:
         raise ValueError(f"partial_fit cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
                          f"sampler of {sampler.members_per_chain()}; call fit() (with warm_start=False) to start new "

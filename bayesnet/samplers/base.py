@@ -436,6 +436,20 @@ class Sampler(BaseEstimator):
     #: which the state would otherwise keep in its old form while the sampler reported the new one
     state_settings: ClassVar[tuple[str, ...]] = ("preconditioner",)
 
+    def changed_state_settings(self, previous: "Sampler") -> dict[str, tuple]:
+        """The settings in :attr:`state_settings` that differ from those of ``previous`` (the sampler the chains
+        ran), ``{name: (new, old)}``; a continued fit refuses them. A preconditioner given another name for the same
+        mass matrix ("auto" and "diagonal" with ``step_size="auto"``) is no change."""
+        out = {}
+        for name in self.state_settings:
+            new, old = getattr(self, name, None), getattr(previous, name, None)
+            if new == old:
+                continue
+            if name == "preconditioner" and self.preconditioner_mode() == previous.preconditioner_mode():
+                continue
+            out[name] = (new, old)
+        return out
+
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """The step size for a largest preconditioned curvature ``curvature`` and a mini-batch noise fraction
         ``noise_fraction`` (None: full-data gradients), per member. Samplers that warm up override it."""
