@@ -695,10 +695,11 @@ def pointwise_summary(ll: np.ndarray) -> dict:
     read")."""
     rhat = rank_normalized_split_rhat_many(ll)  # all rows at once (a loop cost 30 ms per fit)
     ess = bulk_effective_sample_size_many(ll)
-    with np.errstate(invalid="ignore"):  # (rows whose chains stood still have an infinite R-hat: numpy's
-        # quantile interpolates inf - inf between two of them, a RuntimeWarning the user saw, and gives inf or nan)
-        q90 = float(np.quantile(rhat, 0.9, method="higher"))
-        q10 = float(np.quantile(ess, 0.1, method="lower"))
+    # (rows whose chains stood still have an infinite R-hat: numpy's quantile interpolated inf - inf between two of
+    # them, a RuntimeWarning the user saw, and gave nan; the nearest order statistic then, interpolated otherwise)
+    finite = np.isfinite(rhat).all() and np.isfinite(ess).all()
+    q90 = float(np.quantile(rhat, 0.9, method="linear" if finite else "higher"))
+    q10 = float(np.quantile(ess, 0.1, method="linear" if finite else "lower"))
     return {"rhat": float(np.median(rhat)), "ess_bulk": float(np.median(ess)),
             "rhat_q90": q90, "ess_bulk_q10": q10, "rows": int(ll.shape[2])}
 
@@ -1068,8 +1069,10 @@ def warn_status(net) -> None:
     elif no_warmup(net, state):
         from ..samplers.warmup import MIN_SETTLED
 
+        short = net.trace_.burn_in < MIN_SETTLED  # (adaptation_steps may not outlast the burn-in)
         longer = (f"Set sampler__adaptation_steps (now {net.sampler_.adaptation_steps}) to 'auto' or at least "
-                  f"{MIN_SETTLED}" if explicit else
+                  f"{MIN_SETTLED}" + (f", with a burn_in of at least {MIN_SETTLED} (now {burn_in_words(net)})"
+                                       if short else "") if explicit else
                   f"Increase burn_in (now {burn_in_words(net)}; the warm-up needs at least {MIN_SETTLED})")
         messages.append(f"no warm-up ran, so nothing set the step size: the chains ran at the fallback step "
                         f"{net.sampler_.fallback_step_size:g} with a unit mass. {longer}, or set "
