@@ -1443,3 +1443,42 @@ def test_the_progress_bar_ends_on_the_draws_kept(iris, capsys):
         est = BayesianMLPClassifier((8,), burn_in=40, n_draws=13, thinning=2, verbose=1, random_state=0).fit(X, y)
     last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert len(est.trace_) == 13 and "draws=13" in last, last
+
+
+def test_a_sampler_instance_overridden_by_sampler_settings_is_reported_and_warned(iris):
+    """A helper's user test: with sampler=SGHMC(friction=0.5) beside sampler__friction=0.2, the fit used 0.2 while
+    get_params reported 0.5, so a grid over instances showed settings it had not fitted. get_params reports what is
+    fitted, and fit says the instance's value was overridden."""
+    from bayesnet.samplers.sghmc import SGHMC
+
+    X, y = iris
+    est = BayesianMLPClassifier((8,), burn_in=200, n_draws=10, random_state=0, sampler__friction=0.2)
+    est.set_params(sampler=SGHMC(friction=0.5))
+    assert est.get_params()["sampler__friction"] == 0.2
+    with pytest.warns(UserWarning, match=r"overridden by sampler__friction=0.2 \(the instance's friction=0.5\)"):
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    assert est.sampler_.friction == 0.2
+    plain = BayesianMLPClassifier((8,), burn_in=200, n_draws=10, random_state=0, sampler=SGHMC(friction=0.5))
+    assert plain.get_params()["sampler__friction"] == 0.5
+
+
+def test_with_n_jobs_the_warnings_and_errors_read_every_group(iris):
+    """A helper's user test: with n_jobs the warm-up warning read group 0's state only (another group's unsettled
+    warm-up went unreported), and a DivergenceError of every chain was group 0's ('all 2 sgld chains (0, 1)' of
+    4)."""
+    from sklearn.datasets import make_moons
+
+    from bayesnet import DivergenceError
+
+    X, y = make_moons(200, noise=0.2, random_state=0)
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, random_state=0, sampler="eqn", sampler__n_walkers=4,
+              n_chains=2)
+    alone = " ".join(fit_recording(BayesianMLPClassifier(**kw), X, y))
+    groups = BayesianMLPClassifier(**kw, n_jobs=2)
+    together = " ".join(fit_recording(groups, X, y))
+    assert [shard.sampler_state_.warmup_report["settled"] for shard in groups.shards_] == [True, False]
+    assert "did not settle" in alone and "did not settle" in together
+    with pytest.raises(DivergenceError, match=r"all 4 sgld chains \(0, 1, 2, 3\) diverged"):
+        BayesianMLPClassifier((8,), burn_in=200, n_draws=20, random_state=0, sampler="sgld", sampler__step_size=10.0,
+                              n_chains=4, n_jobs=2).fit(X, y)

@@ -157,6 +157,31 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         # skorch lists every public attribute; keep private ones out of get_params.
         return [k for k in super()._get_param_names() if not k.startswith("_")]
 
+    def get_params(self, deep=True, **kwargs):
+        """scikit-learn's parameters. With a sampler instance as ``sampler``, a ``sampler__<name>`` set beside it
+        overrides the instance's own value in the fit (:func:`~bayesnet.samplers.make_sampler`), and is what is
+        reported for that name (before: the instance's value was reported, the other one fitted, so a search
+        showed settings it had not used)."""
+        params = super().get_params(deep=deep, **kwargs)
+        if deep:
+            params.update({k: v for k, v in vars(self).items() if k.startswith("sampler__")})
+        return params
+
+    def _warn_overridden_sampler_settings(self) -> None:
+        """A UserWarning when a ``sampler__<name>`` overrides another value that the sampler instance passed as
+        ``sampler`` holds (a grid over instances, from an estimator with ``sampler__friction`` set, fitted every
+        candidate with that friction)."""
+        if not isinstance(self.sampler, Sampler) or vars(self).get("_quiet_data", False):
+            return
+        own = self.sampler.get_params(deep=False)
+        clash = {k: (v, own[k]) for k, v in self.get_params_for("sampler").items()
+                 if k in own and not run._same(v, own[k])}
+        if clash:
+            detail = ", ".join(f"sampler__{k}={v!r} (the instance's {k}={mine!r})" for k, (v, mine) in clash.items())
+            warnings.warn(f"the sampler instance's settings are overridden by {detail}: the sampler__* settings "
+                          f"beside an instance win. Leave them unset to fit the instance as it is.", UserWarning,
+                          stacklevel=run.user_stacklevel())
+
     def _validate_hyperparameters(self) -> None:
         constraints = {**self._parameter_constraints, **self._head_constraints}
         constraints["sampler"] = [StrOptions(set(available_samplers())), Sampler, type]
@@ -171,6 +196,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                  f"{params[key]!r}.")
         validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
         self._refuse_unused_skorch_options()
+        self._warn_overridden_sampler_settings()
         # the sampler's own hyperparameters (unknown names, ranges); "auto" is resolved with the data, in fit
         run.make_plan(self, 1, burn_in=run.AUTO_BURN_IN_MAX if self.burn_in == "auto" else None)
 
@@ -741,10 +767,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             loss = -self.criterion_(self.module_(Xi), yi) / len(yi)
         return {"loss": loss, "y_pred": None}
 
-    def divergence_message(self, step: int, chains) -> str:
-        """The message of the :class:`~bayesnet.samplers.DivergenceError` raised when every chain diverged."""
+    def divergence_message(self, step: int, chains, state=None) -> str:
+        """The message of the :class:`~bayesnet.samplers.DivergenceError` raised when every chain diverged;
+        ``state``: the sampler state whose step size and warm-up it names (the estimator's own by default; with
+        ``n_jobs``, a group's)."""
         trace = self.trace_
-        hint = self.sampler_.divergence_hint(self.sampler_state_)
+        state = self.sampler_state_ if state is None else state
+        hint = self.sampler_.divergence_hint(state)
         diverged = self.fit_status_["diverged_chains"]
         reasons = sorted({d["reason"] for d in diverged.values()})
         which = (f"the {self.sampler_.name} chain diverged at step {step}" if len(diverged) == 1 else
@@ -758,7 +787,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         far = vars(self).get("_far_inputs")
         first = "" if far is None else (f" The inputs are far from unit scale ({far}) and not standardised: set "
                                         "standardize_inputs=True, or scale them, first.")
-        why = run.unsettled_warmup(self.sampler_state_)
+        why = run.unsettled_warmup(state)
         longer = run.warmup_setting(self) or f"burn_in (now {run.burn_in_words(self)})"
         unsettled = "" if why is None else (f" The warm-up did not settle: {why}; increase {longer}"
                                             f"{'' if far else ' first'}.")

@@ -157,7 +157,10 @@ def fit_groups(net, X, y, classes) -> None:
                           f"{after}.", ConvergenceWarning, stacklevel=user_stacklevel())
     if errors and len(errors) == len(kept):
         if all(isinstance(e, DivergenceError) for _, e in errors):
-            raise errors[0][1]  # every chain diverged (each group's error names its own); the draws are merged
+            # every chain diverged: the message of the merged fit, every group's chains and draws (before: the
+            # first group's error, "all 2 chains (0, 1)" of 4), with the last group to diverge's step size
+            shard, err = max(errors, key=lambda pair: pair[1].step)
+            raise DivergenceError(net.divergence_message(err.step, None, state=shard.sampler_state_), err.step)
         first = next(e for _, e in errors if not isinstance(e, DivergenceError))
         raise type(first)(f"every group of chains stopped with an error: {first}") from first
     warn_status(net)

@@ -1060,11 +1060,17 @@ def warn_status(net) -> None:
                            f"discarded)" for c, d in sorted(diverged.items()))
         messages.append(f"{len(diverged)} of {net.n_chains} chains diverged and stopped taking draws: {detail}. "
                         f"The other chains finished. {_step_advice(net, state)}.")
-    unsettled = unsettled_warmup(state)
+    # with n_jobs, each group of chains warmed up on its own: the first whose warm-up did not settle (before:
+    # group 0's only, so another group's went unreported)
+    groups = [shard for shard in getattr(net, "shards_", None) or [] if shard.sampler_state_ is not None]
+    unsettled_state = next((g.sampler_state_ for g in groups if unsettled_warmup(g.sampler_state_) is not None),
+                           state) if groups else state
+    unsettled = unsettled_warmup(unsettled_state)
     explicit = warmup_setting(net) if state is not None else None
     if unsettled is not None:
+        state_report = unsettled_state.warmup_report
         length = "sampler__adaptation_steps" if explicit else "the burn-in"
-        messages.append(f"the warm-up ({state.warmup_report['n_steps']} steps, {length}) did not settle: "
+        messages.append(f"the warm-up ({state_report['n_steps']} steps, {length}) did not settle: "
                         f"{unsettled}. Increase {explicit or f'burn_in (now {burn_in_words(net)})'}.")
     elif no_warmup(net, state):
         from ..samplers.warmup import MIN_SETTLED
@@ -1084,10 +1090,13 @@ def warn_status(net) -> None:
         # figure over a run cut before its burn-in ended said nothing)
         hint = ""
         if state is not None and net.max_epochs is None:  # (the running chains: a retired one is not waited for)
-            active = None if getattr(net, "shards_", None) else trace.active.reshape(net.layout_.chains, -1).any(1)
+            # with n_jobs, the group of chains that kept the fewest draws: the one the run waited for
+            short = min(groups, key=least_kept_per_chain) if groups else net
+            active = short.trace_.active.reshape(short.layout_.chains, -1).any(1)
             takes = "active" in inspect.signature(net.sampler_.shortfall_hint).parameters  # (a registered sampler
             # written to the one-argument form still runs)
-            hint = net.sampler_.shortfall_hint(state, active) if takes else net.sampler_.shortfall_hint(state)
+            hint = net.sampler_.shortfall_hint(short.sampler_state_, active) if takes else \
+                net.sampler_.shortfall_hint(short.sampler_state_)
         refused = refused_draws(net)
         if refused:  # a chain gone non-finite that nothing stopped (the divergence monitor off): its draws refused
             detail = ", ".join(f"chain {c}: {n}" for c, n in sorted(refused.items()))
