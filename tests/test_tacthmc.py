@@ -122,7 +122,7 @@ def test_samples_only_every_k_steps_at_unit_temperature():
     active[low] = False
     second = int(torch.where(torch.as_tensor(active), frac, torch.inf).argmin())
     assert f"chain {second}'s" in s.shortfall_hint(state, active)
-    assert f"{float(frac[torch.as_tensor(active)].mean()):.1%} of the steps" in s.shortfall_hint(state, active)
+    assert f"{float(frac[torch.as_tensor(active)].mean()):.1%} of all the steps" in s.shortfall_hint(state, active)
 
 
 def test_single_chain_without_chain_axis_and_pickling():

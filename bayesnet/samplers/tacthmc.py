@@ -637,7 +637,8 @@ class TACTHMC(Sampler):
         low = int(chains[per_chain[chains].argmin()])
         # with several chains the shortest one is the one the run waited for: name it
         worst = f", chain {low}'s {float(per_chain[low]):.1%}" if per_chain.numel() > 1 else ""
-        return (f"the tempering variable spent {frac:.1%} of the steps at unit temperature{worst} (the ideal is "
+        return (f"the tempering variable spent {frac:.1%} of all the steps at unit temperature{worst} (the warm-up's "
+                "included; diagnostics_['plateau_fraction'] counts the steps after the burn-in only; the ideal is "
                 f"{self.expected_plateau_fraction:.0%}). Run longer (partial_fit continues the chain), narrow the "
                 "temperature range (sampler__wall), or lower sampler__tempering_step_size: a tempering variable "
                 "that moves faster than the network can follow gets stuck at high temperature.")
