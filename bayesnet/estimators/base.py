@@ -33,6 +33,7 @@ from ..predictive import PosteriorPredictive
 from ..priors import make_prior
 from ..samplers import (DEFAULT_SAMPLER, DivergenceError, Sampler, available_samplers, make_sampler,
                         sampler_class)
+from ..samplers.base import refuse_bools
 from . import run
 from .callbacks import DivergenceMonitor, DrawQuota, SamplingProgressBar
 from .scaling import indistinguishable_from_constant, moments, standardise
@@ -188,12 +189,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         params = {k: getattr(self, k) for k in constraints}
         if isinstance(self.sampler, str) and self.sampler not in available_samplers():
             raise ValueError(f"unknown sampler {self.sampler!r}; valid names are {available_samplers()}.")
-        for key, options in constraints.items():  # bools are not numbers here, as for the samplers' settings
-            # (scikit-learn's Interval(Integral) takes True: batch_size=True was a batch of one row)
-            if isinstance(params[key], (bool, np.bool_)) and not {"boolean", "verbose", "random_state"} & {
-                    o for o in options if isinstance(o, str)}:
-                raise ValueError(f"The {key!r} parameter of {type(self).__name__} must not be a bool, got "
-                                 f"{params[key]!r}.")
+        refuse_bools(type(self).__name__, constraints, params)  # (as for the samplers' settings)
         validate_parameter_constraints(constraints, params, caller_name=type(self).__name__)
         self._refuse_unused_skorch_options()
         self._warn_overridden_sampler_settings()
@@ -461,13 +457,14 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         shape[axis] = -1
         if reset:
             self.input_mean_ = self.input_scale_ = None
-            if self.standardize_inputs:  # (overflow-safe: before, inputs of 1e300 gave an infinite scale, a
-                # constant model and a model file that load refused)
-                mean, scale = moments(X, tuple(i for i in range(X.ndim) if i != axis))
+            # (overflow-safe: before, inputs of 1e300 gave an infinite scale, a constant model and a model file
+            # that load refused)
+            mean, scale = moments(X, tuple(i for i in range(X.ndim) if i != axis))
+            if self.standardize_inputs:
                 constant = indistinguishable_from_constant(mean, scale, X.size // max(X.shape[axis], 1))
                 self.input_mean_ = mean
                 self.input_scale_ = np.where(constant, 1.0, scale)
-            far = None if self.standardize_inputs else self._far_from_unit_scale(X, axis)
+            far = None if self.standardize_inputs else self._far_from_unit_scale(mean, scale, X.ndim, axis)
             self._far_inputs = far  # (for the divergence message: the cause to fix first)
             # (not from fit's probe or a worker's group of chains: the fit itself warns, once)
             if far is not None and not vars(self).get("_quiet_data", False):
@@ -487,20 +484,20 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                            "the inputs."))
         return out
 
-    def _far_from_unit_scale(self, X: np.ndarray, axis: int) -> str | None:
-        """With ``standardize_inputs=False``: where a feature's root mean square is above ``UNSCALED_INPUT`` (raw
-        areas, pixel values of 0-255, timestamps), words naming the largest, else None. The weights' prior, N(0,
-        prior_scale^2), and the warm-up's first steps are sized for inputs of order one: such a fit came back
-        useless under a temperature or convergence warning that did not name the cause."""
-        mean, std = moments(X, tuple(i for i in range(X.ndim) if i != axis))
+    def _far_from_unit_scale(self, mean: np.ndarray, std: np.ndarray, ndim: int, axis: int) -> str | None:
+        """With ``standardize_inputs=False``: where a feature's root mean square (from its training ``mean`` and
+        ``std``; input of ``ndim`` axes, features on ``axis``) is above ``UNSCALED_INPUT`` (raw areas, pixel values
+        of 0-255, timestamps), words naming the largest, else None. The weights' prior, N(0, prior_scale^2), and the
+        warm-up's first steps are sized for inputs of order one: such a fit came back useless under a temperature
+        or convergence warning that did not name the cause."""
         with np.errstate(over="ignore"):
             rms = np.hypot(mean, std)
         worst = int(np.argmax(rms))
         if not rms[worst] > UNSCALED_INPUT:
             return None
         names = getattr(self, "feature_names_in_", None)
-        kind = "feature" if X.ndim == 2 else "channel" if axis == 1 else "per-step feature"
-        which = f"{kind} {worst}" + (f" ({names[worst]!r})" if names is not None and X.ndim == 2 else "")
+        kind = "feature" if ndim == 2 else "channel" if axis == 1 else "per-step feature"
+        which = f"{kind} {worst}" + (f" ({names[worst]!r})" if names is not None and ndim == 2 else "")
         n_far = int((rms > UNSCALED_INPUT).sum())
         return (f"{which} has mean {mean[worst]:.4g} and standard deviation {std[worst]:.4g}; {n_far} of {len(rms)} "
                 f"{kind}s {'has' if n_far == 1 else 'have'} a root mean square above {UNSCALED_INPUT:g}")
@@ -779,19 +776,18 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         which = (f"the {self.sampler_.name} chain diverged at step {step}" if len(diverged) == 1 else
                  f"all {len(diverged)} {self.sampler_.name} chains ({', '.join(map(str, sorted(diverged)))}) "
                  f"diverged, the last at step {step}")
-        inputs = "" if getattr(self, "input_mean_", None) is not None else \
-            ", or standardise the inputs (standardize_inputs=True)"
         # inputs far from unit scale are the first thing to fix (the step the warm-up finds for them is tiny:
         # 1e-36 on raw data), then a warm-up too short to measure the step (or one that ended hot): its step is
-        # a guess made at the start
+        # a guess made at the start; unstandardised inputs of order one are suggested after the step
         far = vars(self).get("_far_inputs")
+        inputs = "" if getattr(self, "input_mean_", None) is not None or far is not None else \
+            ", or standardise the inputs (standardize_inputs=True)"
         first = "" if far is None else (f" The inputs are far from unit scale ({far}) and not standardised: set "
                                         "standardize_inputs=True, or scale them, first.")
         why = run.unsettled_warmup(state)
         longer = run.warmup_setting(self) or f"burn_in (now {run.burn_in_words(self)})"
         unsettled = "" if why is None else (f" The warm-up did not settle: {why}; increase {longer}"
                                             f"{'' if far else ' first'}.")
-        inputs = inputs if far is None else ""
         return (f"{which}: {'; '.join(reasons)}.{first}{unsettled} Reduce the step size (now {hint}), e.g. by a factor of 10"
                 f"{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "

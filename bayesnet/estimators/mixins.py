@@ -15,7 +15,7 @@ from sklearn.utils.validation import column_or_1d
 
 from ..likelihoods import CategoricalLikelihood, GaussianLikelihood
 from .run import user_stacklevel
-from .scaling import moments, standardise
+from .scaling import moments, scaled_moments, standardise
 
 __all__ = ["BayesianClassifierMixin", "BayesianRegressorMixin"]
 
@@ -45,9 +45,8 @@ def _target_scale(y2: np.ndarray, warn: bool) -> tuple[np.ndarray, np.ndarray]:
     constant = (y2 == y2[:1]).all(axis=0) if len(y2) else np.zeros(y2.shape[1], dtype=bool)
     tiny = ~constant & ~(scale > 0)
     if tiny.any():
-        top = np.abs(y2[:, tiny]).max(axis=0)
         scale = scale.copy()
-        scale[tiny] = (y2[:, tiny] / top).std(axis=0) * top
+        scale[tiny] = scaled_moments(y2[:, tiny], 0)[1]
         scale = np.where(constant | (scale > 0), scale, 1.0)
     if not constant.any():
         return mean, scale

@@ -1110,7 +1110,7 @@ def warn_status(net) -> None:
             reason = (f" {net.sampler_.name}: {hint}" if hint else
                       " Run longer: partial_fit continues the chains.")
         unfitted = " No draw was kept, so the estimator is not fitted." if len(trace) == 0 else ""
-        kept = np.concatenate([_kept_per_quota_slot(g) for g in groups]) if groups else _kept_per_quota_slot(net)
+        kept = _kept_per_quota_slot(net)  # (with n_jobs, the merged trace: every group's chains)
         fewest = f" (the fewest of any chain; {len(trace)} in all)" if kept.size and kept.max() > least else ""
         messages.append(f"{least} of n_draws={net.n_draws} draws were kept per chain in {step} steps{fewest}.{reason}"
                         f"{unfitted}")

@@ -13,6 +13,13 @@ def moments(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray]:
         mean, std = a.mean(axis=axis, dtype=np.float64), a.std(axis=axis, dtype=np.float64)
     if np.isfinite(mean).all() and np.isfinite(std).all():
         return mean, std
+    return scaled_moments(a, axis)
+
+
+def scaled_moments(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray]:
+    """The moments of :func:`moments`, computed on ``a`` divided by its largest magnitude over ``axis`` and scaled
+    back: neither the squares of values near float64's limit overflow, nor those of values near its smallest
+    (1e-200) underflow."""
     top = np.abs(a).max(axis=axis, keepdims=True).astype(np.float64)
     top = np.where(top > 0, top, 1.0)
     unit = a / top

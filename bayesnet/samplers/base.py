@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from numbers import Real
 from typing import Any, ClassVar, Protocol, Sequence
 
+import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 from torch import Tensor
@@ -49,6 +50,18 @@ __all__ = [
     "DivergenceError",
     "state_fields",
 ]
+
+
+def refuse_bools(owner: str, constraints: dict, params: dict) -> None:
+    """Bools are not numbers here: a ValueError for a bool (Python's or NumPy's) among ``params`` whose
+    scikit-learn ``constraints`` admit none (only "boolean", "verbose" and "random_state" do). scikit-learn's
+    ``Interval(Integral)`` takes True: an estimator's ``batch_size=True`` was a batch of one row. ``owner`` names
+    the class in the message."""
+    for key, options in constraints.items():
+        val = params[key]
+        if isinstance(val, (bool, np.bool_)) and not {"boolean", "verbose", "random_state"} & {
+                o for o in options if isinstance(o, str)}:
+            raise ValueError(f"The {key!r} parameter of {owner} must not be a bool, got {val!r}.")
 
 
 class Potential(Protocol):
@@ -307,10 +320,8 @@ class Sampler(BaseEstimator):
         ValueError
             On an out-of-range value (bools are not numbers here).
         """
-        for key, constraints in self._parameter_constraints.items():
-            val = getattr(self, key)
-            if isinstance(val, bool) and "boolean" not in constraints:
-                raise ValueError(f"The {key!r} parameter of {type(self).__name__} must not be a bool, got {val!r}.")
+        refuse_bools(type(self).__name__, self._parameter_constraints,
+                     {key: getattr(self, key) for key in self._parameter_constraints})
         self._validate_params()
         step = getattr(self, "step_size", None)
         if isinstance(step, Real) and not isinstance(step, bool) and not (

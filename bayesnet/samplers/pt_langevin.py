@@ -219,13 +219,6 @@ class PTLangevin(Sampler):
     name = "pt-langevin"
     # the replicas' inverse temperatures are set in the state at the start: a continued chain keeps its ladder
     state_settings = Sampler.state_settings + ("max_temperature",)
-
-    def changed_state_settings(self, previous: Sampler) -> dict[str, tuple]:
-        out = super().changed_state_settings(previous)
-        if "max_temperature" in out and geometric_ladder(self.n_replicas, self.max_temperature) == geometric_ladder(
-                previous.n_replicas, previous.max_temperature):  # (one replica: the ladder is [1] whatever it says)
-            del out["max_temperature"]
-        return out
     full_batch = True  # the Metropolis-Hastings tests are exact only on the full-data potential
     stats = {**COMMON_STATS, "accepted": Stat("mean"), "accept_prob": Stat("mean", "acceptance_rate", "acceptance_rate"),
              "langevin": Stat("mean"), "temperature": Stat("mean"), "divergent": Stat("sum", "n_divergent", "diverging")}
@@ -339,6 +332,13 @@ class PTLangevin(Sampler):
     def members_per_chain(self) -> int:
         """The ``n_replicas`` replicas that make up one chain."""
         return int(self.n_replicas)
+
+    def changed_state_settings(self, previous: Sampler) -> dict[str, tuple]:
+        out = super().changed_state_settings(previous)
+        if "max_temperature" in out and geometric_ladder(self.n_replicas, self.max_temperature) == geometric_ladder(
+                previous.n_replicas, previous.max_temperature):  # (one replica: the ladder is [1] whatever it says)
+            del out["max_temperature"]
+        return out
 
     def temperature_range(self) -> tuple[float, float]:
         # the ladder's ends (one replica: the ladder is [1], no tempering, whatever max_temperature says)
