@@ -788,6 +788,19 @@ def test_a_change_continuation_cannot_honour_says_to_refit(fitted_once, iris, ch
         est.partial_fit(*iris)
 
 
+def test_a_refused_continuation_names_the_call_the_user_made(fitted_once, iris):
+    """Before: fit() with warm_start=True was refused as "partial_fit cannot continue ...", naming a method the
+    user had not called (skorch's fit continues through partial_fit)."""
+    est = copy.deepcopy(fitted_once).set_params(burn_in=500, warm_start=True)
+    with pytest.raises(ValueError, match=r"^fit\(warm_start=True\) cannot continue the chains with changed burn_in"):
+        est.fit(*iris)
+    with pytest.raises(ValueError, match=r"^partial_fit cannot continue the chains with changed burn_in"):
+        est.partial_fit(*iris)  # (and the name does not outlive the fit call)
+    est.set_params(burn_in=50, sampler="sgld")
+    with pytest.raises(ValueError, match=r"^fit\(warm_start=True\) cannot continue a sghmc chain with sampler 'sgld'"):
+        est.fit(*iris)
+
+
 def test_a_change_continuation_can_honour_takes_effect(fitted_once, iris):
     """Before: after set_params(prior_scale=0.01) the prior still had scale 1.0, and a new n_draws or thinning
     was ignored."""

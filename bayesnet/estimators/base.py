@@ -578,7 +578,12 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                     raise ValueError(f"torch.compile failed on a stand-in with the compile__* options {options} (an "
                                      f"unknown backend or mode?): {type(exc).__name__}: "
                                      f"{' '.join(str(exc).split())[:300]}") from None
-        return super().fit(X, y, **fit_params)
+            return super().fit(X, y, **fit_params)
+        token = run.CONTINUING_CALL.set("fit(warm_start=True)")  # (refusals name the call the user made)
+        try:
+            return super().fit(X, y, **fit_params)
+        finally:
+            run.CONTINUING_CALL.reset(token)
 
     def partial_fit(self, X, y=None, classes=None, **fit_params):
         """Draw (more) posterior samples of the weights from ``(X, y)``.
@@ -615,14 +620,15 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             last = max((int(d["step"]) for d in diverged.values()), default=int(status.get("steps_taken", 0)))
             raise DivergenceError(f"every chain of this {type(self).__name__} diverged in an earlier call (the last at "
                                   f"step {last}; fit_status_['diverged_chains']): their positions are not finite, so "
-                                  "partial_fit cannot continue them. Call fit() (with warm_start=False) to start "
+                                  f"{run.continuing_call()} cannot continue them. Call fit() (with warm_start=False) to start "
                                   "new chains, with a smaller "
                                   f"step size; the {len(self.trace_) if self.trace_ is not None else 0} draws kept "
                                   "before the divergence stay usable.", last)
         running = getattr(self, "sampler_", None)
         if getattr(self, "sampler_state_", None) is not None and isinstance(self.sampler, (str, type)) \
                 and running is not None and sampler_class(self.sampler) is not type(running):
-            raise ValueError(f"partial_fit cannot continue a {running.name} chain with sampler {self.sampler!r}; "
+            raise ValueError(f"{run.continuing_call()} cannot continue a {running.name} chain with sampler "
+                             f"{self.sampler!r}; "
                              "call fit() (with warm_start=False) to start a new chain.")
         self._validate_hyperparameters()  # every path: fresh, continuing, groups of chains in workers
         # the process layout is the fit's: groups of chains in workers from a fresh fit with n_jobs (continued in

@@ -16,6 +16,7 @@ Kept apart from :mod:`.base` (the scikit-learn/skorch protocol) so that each pie
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import inspect
 import math
@@ -302,10 +303,20 @@ def _same(a, b) -> bool:
         return repr(a) == repr(b)
 
 
+#: the call that continues chains, as the refusals name it: ``fit(warm_start=True)`` sets it for its own call
+#: (skorch's fit continues through partial_fit), so that a user who called fit is not told partial_fit refused
+CONTINUING_CALL = contextvars.ContextVar("bayesnet_continuing_call", default="partial_fit")
+
+
+def continuing_call() -> str:
+    """``"partial_fit"``, or ``"fit(warm_start=True)"`` inside such a call (:data:`CONTINUING_CALL`)."""
+    return CONTINUING_CALL.get()
+
+
 def refuse_changes(changes: dict) -> None:
     """Raise the ValueError that refuses to continue chains under changed settings, ``{name: (new, old)}``."""
     detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in changes.items())
-    raise ValueError(f"partial_fit cannot continue the chains with changed {detail}: the chains were started "
+    raise ValueError(f"{continuing_call()} cannot continue the chains with changed {detail}: the chains were started "
                      f"with the old value(s); call fit() to start new chains (with warm_start=False).")
 
 
@@ -372,7 +383,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
     refuse_state_changes(sampler, net.sampler_)
     if sampler.members_per_chain() != net.layout_.members_per_chain:
-        raise ValueError(f"partial_fit cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
+        raise ValueError(f"{continuing_call()} cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
                          f"sampler of {sampler.members_per_chain()}; call fit() (with warm_start=False) to start new "
                          "chains.")
     sampler = sampler.configure(net.plan_)
