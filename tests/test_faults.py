@@ -1398,7 +1398,7 @@ def test_a_divergence_after_a_warm_up_too_short_to_settle_says_so_first(sampler)
 
 
 @pytest.mark.slow  # (a killed worker and its group's rerun: 25 s here)
-def test_after_a_lost_first_group_the_exports_keep_the_chains_numbers(iris):
+def test_after_a_lost_first_group_the_exports_keep_the_chains_numbers(iris, tmp_path):
     """With chains 0-1's worker killed, the surviving chains are 2 and 3; ArviZ's chain coordinate numbered them
     0 and 1 (the merged trace's slots), contrary to fit_status_ and the warnings."""
     pytest.importorskip("arviz")
@@ -1407,6 +1407,10 @@ def test_after_a_lost_first_group_the_exports_keep_the_chains_numbers(iris):
     messages = fit_recording(est, X, y)
     assert est.fit_status_["lost_chains"] == [0, 1], messages
     assert est.to_arviz().posterior.chain.values.tolist() == [2, 3]
+    # and after a model file: the loaded fit numbered them 0 and 1 (its groups are not saved; fit_status_ is)
+    path = tmp_path / "m.bayesnet"
+    copy.deepcopy(est).set_params(callbacks=None).save(path)
+    assert bayesnet.load(path).to_arviz().posterior.chain.values.tolist() == [2, 3]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -220,12 +220,14 @@ class ResultsMixin:
 
     def _slot_numbers(self) -> list[int]:
         """The fit's number of each of ``trace_``'s slots: the slot itself, except after worker groups (``n_jobs``)
-        were lost, when the merged trace holds only the surviving groups' slots (each group's chains keep their
-        numbers, ``fit_status_["lost_chains"]`` those of the lost ones)."""
-        shards = getattr(self, "shards_", None)
-        if not shards or not all(hasattr(shard, "group_") for shard in shards):
-            return list(range(self.trace_.n_slots))
-        members = self.layout_.members_per_chain
-        numbers = [(shard.group_[1] + c) * members + j for shard in shards
-                   for c in range(int(shard.n_chains)) for j in range(members)]
-        return numbers if len(numbers) == self.trace_.n_slots else list(range(self.trace_.n_slots))
+        were lost, when the merged trace holds only the surviving groups' slots and each keeps its chain's number
+        (``fit_status_["lost_chains"]`` those of the lost ones). Read from ``fit_status_``, which a model file keeps:
+        before, a loaded fit numbered the survivors 0, 1, ... again."""
+        n = self.trace_.n_slots
+        lost = set((getattr(self, "fit_status_", None) or {}).get("lost_chains", ()))
+        members = getattr(self, "layout_", None)
+        members = None if members is None else members.members_per_chain
+        if not lost or not members or n % members:
+            return list(range(n))
+        numbers = [c * members + j for c in range(n // members + len(lost)) if c not in lost for j in range(members)]
+        return numbers if len(numbers) == n else list(range(n))
