@@ -1460,6 +1460,13 @@ def test_the_progress_bar_ends_on_the_draws_kept(iris, capsys):
         est = BayesianMLPClassifier((8,), burn_in=40, n_draws=13, thinning=2, verbose=1, random_state=0).fit(X, y)
     last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert len(est.trace_) == 13 and "draws=13" in last, last
+    # and its potential is the last step's (before: of the last refresh, step 40 of 53 here)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((8,), burn_in=40, n_draws=13, thinning=1, verbose=1, random_state=0).fit(X, y)
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    final = est.trace_.as_array(potentials=True).reshape(-1)[-1]
+    assert int(est.sampler_state_.step) == 53 and f"potential={final:.4g}" in last, (final, last)
 
 
 def test_a_sampler_instance_overridden_by_sampler_settings_is_reported_and_warned(iris):

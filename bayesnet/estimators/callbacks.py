@@ -40,27 +40,34 @@ class SamplingProgressBar(Callback):
         self._bar = tqdm(total=net.steps_expected_, desc=f"sampling ({net.sampler_.name})",
                          unit="step", leave=True, dynamic_ncols=True)
         self._count = 0
-        self._postfix = {}
+        self._info = None
 
     def on_batch_end(self, net, training=False, info=None, **kwargs):
         if not training or getattr(self, "_bar", None) is None:
             return
         self._count += 1
+        self._info = info  # (a reference: read at the next refresh or the end)
         if self._count % self.update_every == 0:
             self._bar.update(self._count)
             self._count = 0
-            postfix = dict(potential=f"{float(info.potential.float().mean()):.4g}", draws=len(net.trace_))
-            pots = net.trace_.as_array(potentials=True)
-            if pots.ndim == 2 and pots.shape[0] > 1 and pots.shape[1] >= 8:
-                postfix["rhat"] = f"{split_rhat(pots):.3f}"
-            self._postfix = postfix
-            self._bar.set_postfix(refresh=False, **postfix)
+            self._refresh_postfix(net)
+
+    def _refresh_postfix(self, net) -> None:
+        """The potential of the latest step, the draws kept and, with several chains, the split R-hat of their
+        potentials (reads the device)."""
+        info = getattr(self, "_info", None)
+        postfix = {} if info is None else {"potential": f"{float(info.potential.float().mean()):.4g}"}
+        postfix["draws"] = len(net.trace_)
+        pots = net.trace_.as_array(potentials=True)
+        if pots.ndim == 2 and pots.shape[0] > 1 and pots.shape[1] >= 8:
+            postfix["rhat"] = f"{split_rhat(pots):.3f}"
+        self._bar.set_postfix(refresh=False, **postfix)
 
     def on_train_end(self, net, X=None, y=None, **kwargs):
         bar = getattr(self, "_bar", None)
-        if bar is not None and getattr(net, "trace_", None) is not None:  # the draws at the end (the postfix was
-            self._postfix["draws"] = len(net.trace_)  # of the last refresh)
-            bar.set_postfix(refresh=False, **self._postfix)
+        if bar is not None and getattr(net, "trace_", None) is not None:  # the figures at the end (before: the
+            self._refresh_postfix(net)  # potential and R-hat of the last refresh, up to update_every - 1 steps old)
+        self._info = None
         self.close()
 
     def close(self):
@@ -76,6 +83,7 @@ class SamplingProgressBar(Callback):
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_bar", None)
+        state.pop("_info", None)
         return state
 
 
