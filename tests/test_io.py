@@ -224,6 +224,44 @@ def test_a_sampler_instances_settings_are_saved(tmp_path, given):
         loaded.get_step_stats()
 
 
+def test_a_file_holds_the_settings_the_draws_were_fitted_with(tmp_path):
+    """A helper's user test: save wrote get_params(), so a setting changed by set_params after the fit (for the
+    next one) went into the file: a new activation gave a model that predicted with another network (digits
+    0.90 -> 0.74, no warning), a new hidden_layer_sizes, n_draws=0 or a sampler__ setting the sampler does not
+    take a file that did not load. The file holds the fitted settings, and save warns about the others."""
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((4,), sampler="sgld", n_draws=3, burn_in=20, random_state=0).fit(X, y)
+    proba = est.predict_proba(X)
+    path = tmp_path / "m.bayesnet"
+    est.set_params(activation="tanh", hidden_layer_sizes=(7,), n_draws=0, sampler__friction=0.3, verbose=0)
+    with pytest.warns(UserWarning, match=r"changed by set_params since it was fitted: .*activation='tanh' \(fitted "
+                                         r"with 'relu'\).*sampler__friction=0.3 \(not set at the fit\).*save\(\) "
+                                         r"writes the settings its draws were fitted with"):
+        est.save(path)
+    loaded = bayesnet.load(path)
+    params = loaded.get_params()
+    assert (params["activation"], params["hidden_layer_sizes"], params["n_draws"]) == ("relu", (4,), 3)
+    assert "sampler__friction" not in params
+    np.testing.assert_array_equal(loaded.predict_proba(X), proba)
+    # a loaded model is fitted with its own settings: changed and saved again, the file is still the fitted model
+    loaded.set_params(activation="tanh")
+    with pytest.warns(UserWarning, match="activation='tanh' \\(fitted with 'relu'\\)"):
+        loaded.save(path)
+    np.testing.assert_array_equal(bayesnet.load(path).predict_proba(X), proba)
+    # a change a continued fit applied is the fitted setting from then on: saved without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((4,), n_draws=3, burn_in=20, random_state=0).fit(X, y)
+        est.set_params(n_draws=5, sampler__friction=0.2).partial_fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        est.save(path)
+    params = bayesnet.load(path).get_params()
+    assert params["n_draws"] == 5 and params["sampler__friction"] == 0.2
+
+
 @pytest.mark.parametrize("compile", [False, True, "auto"])
 def test_the_compile_setting_is_saved(tmp_path, compile):
     """Before: ``compile`` was taken for skorch's runtime option and a model fitted with ``compile=True`` or

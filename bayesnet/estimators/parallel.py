@@ -178,9 +178,10 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
     first = shards[0]
     for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
                  "input_shape_", "input_mean_", "input_scale_", "device_", "prior_", "sampler_", "n_train_", "history_", "plan_", "seed_",
-                 "data_fingerprint_", "fit_params_", "check_rows_"):
+                 "data_fingerprint_", "check_rows_"):
         if attr in vars(first):
             setattr(net, attr, getattr(first, attr))
+    net.fit_params_ = net.get_params(deep=False)  # (the groups' own are theirs: their n_chains, n_jobs=None)
     with net._current_init_context("module"):
         net.module_ = first.module_
     with net._current_init_context("criterion"):

@@ -429,7 +429,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if "batch_size" in changed:
         net.batch_cursor_ = None
     warn_inexact_test(net, net.sampler_, resolve_batch_size(net.batch_size, len(X), net.sampler_.full_batch), len(X))
-    net.fit_params_.update({k: now[k] for k in changed})
+    net.fit_params_ = dict(now)  # (what the chains run under from here: the honoured changes and sampler__*)
     step = int(net.sampler_state_.step)
     if step < net.steps_planned_total_:
         # an interrupted run continues to its planned length, under the new settings: a new n_draws or thinning
