@@ -838,6 +838,32 @@ def test_a_new_prior_or_temperature_in_a_continued_fit_is_no_divergence(iris):
     assert hot.fit_status_["status"] == "complete"  # potential rises by about D/2 (T - 1), far above 30 sd
 
 
+def test_a_continuation_on_new_data_that_diverges_keeps_the_earlier_draws(iris):
+    """A helper's user test: a first partial_fit on one class of iris (stored sorted), then a continuation on the
+    next class diverged at once (the step frozen on the first data is unstable on the new: kinetic temperature 247),
+    and every draw of the first, healthy call was discarded (the monitor's reference reset for the new data, and
+    its fallback judged the first call's steps against the lowest potential since step 1): NotFittedError after,
+    contrary to the docs. The earlier call's draws stay, and the message names the data change."""
+    X, y = iris
+    est = BayesianMLPClassifier(random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.partial_fit(X[:50], y[:50], classes=[0, 1, 2])
+    assert est.fit_status_["status"] == "complete" and est.n_draws_kept_ == 100
+    end = int(est.sampler_state_.step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DivergenceError, match=rf"The chains continued on other data than the earlier call's "
+                                                  rf"\(from step {end}\) with the step size and mass the warm-up froze"):
+            est.partial_fit(X[50:100], y[50:100])
+    record = est.fit_status_["diverged_chains"][0]
+    assert record["last_good_step"] >= end  # (was 10)
+    # at most the draws the diverging call stored are discarded (and those they pushed out of the trace's n_draws)
+    assert est.n_draws_kept_ == record["draws_kept"] >= 95
+    assert (np.asarray(est.trace_.steps) <= end).sum() >= 95
+    assert np.isfinite(est.predict_proba(X)).all()
+
+
 def test_the_auto_prior_follows_the_temperature_of_a_continued_fit(iris):
     """prior_scale="auto" resolves as a fresh fit would when the sampler's temperature changes: the fan-in prior
     at a temperature other than 1, the hierarchical prior back at 1. An explicit hierarchical prior at another

@@ -794,7 +794,12 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         longer = run.warmup_setting(self) or f"burn_in (now {run.burn_in_words(self)})"
         unsettled = "" if why is None else (f" The warm-up did not settle: {why}; increase {longer}"
                                             f"{'' if far else ' first'}.")
-        return (f"{which}: {'; '.join(reasons)}.{first}{unsettled} Reduce the step size (now {hint}), e.g. by a factor of 10"
+        since = vars(self).get("_new_data_at")
+        moved = "" if since is None or step <= since else (
+            f" The chains continued on other data than the earlier call's (from step {since}) with the step size and "
+            "mass the warm-up froze on those: call fit() (with warm_start=False) to warm up on these data.")
+        return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved} Reduce the step size (now {hint}), e.g. by a "
+                "factor of 10"
                 f"{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
                 "discarded (see fit_status_).")

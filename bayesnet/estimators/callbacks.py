@@ -176,6 +176,9 @@ class DivergenceMonitor(Callback):
             state[key] = np.zeros(np.shape(state[key]))
         state["ref_window"] = None if at_step is None or length < 1 else \
             (int(at_step) + int(length), int(at_step) + 2 * int(length))
+        # the steps up to here ran under the old posterior and passed its checks: a divergence under the new one
+        # does not reach back past them (_last_good_steps)
+        state["reset_at"] = None if at_step is None else int(at_step)
         if prior:
             state.pop("hyper", None)
 
@@ -343,8 +346,14 @@ class DivergenceMonitor(Callback):
             raise DivergenceError(net.divergence_message(step, chains), step)
 
     def _last_good_steps(self, net, state, chains, step) -> dict:
-        """Per chain: the last recorded step at which all its members were within the recovery bounds."""
+        """Per chain: the last recorded step at which all its members were within the recovery bounds. Steps before
+        the reference was last reset (:meth:`reset_reference`: a continued fit on new data, under a new prior or
+        temperature) count as good: they ran under another posterior, whose checks they passed, and the potential's
+        level there is no measure of the new one's (before, a continuation on new data that diverged judged the
+        earlier call's steps against the lowest potential since step 1, and discarded every draw of that call)."""
         steps, fields = net.step_stats_.per_step()
+        since = state.get("reset_at")
+        earlier = steps <= since if since is not None else np.zeros(len(steps), dtype=bool)
         ref = state["reference"]
         if ref is None:
             ref = self._reference(net, state)
@@ -360,13 +369,13 @@ class DivergenceMonitor(Callback):
                 if np.isfinite(mean[m]):
                     bound = self._limit(net, mean[m], sd[m], self.recover_tolerance)
                 else:  # no warm-up: within the tolerance of the lowest potential the chain had reached
-                    lowest = np.fmin.accumulate(np.where(np.isfinite(u), u, np.inf))
+                    lowest = np.fmin.accumulate(np.where(np.isfinite(u) & ~earlier, u, np.inf))
                     bound = self._limit(net, lowest, self._floor(net), self.recover_tolerance)
                 good = np.isfinite(u) & (u <= bound)
                 if "kinetic_temperature" in fields and target:
                     t = fields["kinetic_temperature"][m]
                     good &= np.isfinite(t) & (t <= 2.0 * target)
-                ok &= good
+                ok &= good | earlier
             before = np.flatnonzero(ok & (steps <= step))
             # no good step in the recorded window: keep nothing recorded after the window's start
             out[c] = int(steps[before[-1]]) if before.size else int(steps[0] - 1 if len(steps) else 0)

@@ -281,6 +281,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         stats["configurational_temperature"] = Stat("mean")
     net.step_stats_ = StepStats(stats, S, plan.burn_in, net.device_)
     net.divergence_state_ = None
+    net._new_data_at = None
     net.fit_status_ = {"status": "running", "diverged_chains": {}, "stopped_by": None}
     net.fit_params_ = {k: v for k, v in net.get_params(deep=False).items()}
     net.data_fingerprint_ = fingerprint(X, y)
@@ -422,6 +423,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.posterior_.n_data = net.n_train_ = len(X)
         net.batch_cursor_ = None
         net.data_fingerprint_ = new_data
+        net._new_data_at = int(net.sampler_state_.step)  # (a divergence from here names the frozen warm-up)
         new_level = True
     if new_level and net.divergence_state_ is not None:
         DivergenceMonitor.reset_reference(net.divergence_state_, prior=prior is not None,
