@@ -864,6 +864,13 @@ def test_a_continuation_on_new_data_that_diverges_keeps_the_earlier_draws(iris):
     assert np.isfinite(est.predict_proba(X)).all()
 
 
+@pytest.mark.parametrize("classes", [[[0, 1, 2]], 1])
+def test_partial_fit_names_classes_given_in_the_wrong_shape(iris, classes):
+    """A helper's user test: classes=[[0, 1, 2]] was refused as "y should be a 1d array", naming y."""
+    with pytest.raises(ValueError, match=r"classes must be a 1-D list of the class labels, got an array of shape"):
+        BayesianMLPClassifier((4,), burn_in=20, n_draws=5).partial_fit(*iris, classes=classes)
+
+
 def test_the_auto_prior_follows_the_temperature_of_a_continued_fit(iris):
     """prior_scale="auto" resolves as a fresh fit would when the sampler's temperature changes: the fan-in prior
     at a temperature other than 1, the hierarchical prior back at 1. An explicit hierarchical prior at another

@@ -74,6 +74,9 @@ class BayesianClassifierMixin(ClassifierMixin):
         # (not from fit's probe or a worker's group of chains: the fit itself warns, once)
         y = column_or_1d(y, warn=not vars(self).get("_quiet_data", False))
         check_classification_targets(y)
+        if classes is not None and np.ndim(classes) != 1:  # (before: LabelEncoder's "y should be a 1d array")
+            raise ValueError(f"classes must be a 1-D list of the class labels, got an array of shape "
+                             f"{np.shape(classes)}.")
         if reset:
             encoder = LabelEncoder().fit(y if classes is None else np.asarray(classes))
             if classes is not None and len(encoder.classes_) < 2:
