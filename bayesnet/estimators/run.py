@@ -15,6 +15,7 @@ Kept apart from :mod:`.base` (the scikit-learn/skorch protocol) so that each pie
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import hashlib
@@ -166,11 +167,28 @@ def make_plan(net, n_data: int, step_offset: int = 0, burn_in: int | None = None
 BLOCK_BYTES = 1 << 22
 
 
+def batch_bounds(n: int, batch_size: int) -> np.ndarray:
+    """The row offsets at which an epoch's mini-batches end, ``(0, ..., n)``: ``ceil(n / batch_size)`` batches of
+    nearly equal size (the first ``n % k`` one row larger), none above ``batch_size``.
+
+    Not ``batch_size`` rows and a remainder: a remainder of a few rows has its gradient scaled up by
+    ``n / |B|``, so its step's gradient noise is many times the others' (a frozen SGHMC step ignores it), and
+    the chain runs hot. Measured (a helper's user test, 2026-11-28; noise sd 0.1, defaults): 129 rows at
+    128-row batches, a 1-row batch every second step, learnt a noise sd of 0.51-0.79 and a test RMSE of
+    0.33-0.50 with intervals 4x as wide, without a warning; two batches of 65 and 64 rows 0.13-0.16 and
+    0.16-0.32."""
+    k = max(1, math.ceil(n / max(1, batch_size)))
+    small, extra = divmod(n, k)
+    return np.concatenate([[0], np.cumsum([small + 1] * extra + [small] * (k - extra))]).astype(np.int64)
+
+
 class PlannedBatches:
     """Mini-batches of in-memory tensors by index selection, resuming mid-epoch and stopping at the budget.
 
-    The rows of several batches are gathered at once (at most :data:`BLOCK_BYTES`, whole batches), and the
-    batches are slices of that block: the same rows in the same order as one gather per batch.
+    An epoch's rows are spread evenly over ``ceil(n / batch_size)`` batches (:func:`batch_bounds`: sizes differ
+    by one row at most, none above ``batch_size``). The rows of several batches are gathered at once (at most
+    :data:`BLOCK_BYTES`, whole batches), and the batches are slices of that block: the same rows in the same
+    order as one gather per batch.
 
     skorch calls ``iterator(dataset, batch_size=...)`` once per ``fit_loop`` and iterates it once per epoch.
     Each epoch continues the permutation saved in ``net.batch_cursor_`` when one is unfinished, else draws a
@@ -181,6 +199,7 @@ class PlannedBatches:
     ----------
     dataset : TensorDataset
     batch_size : int
+        The largest batch.
     net : BayesianNeuralNet
         Holds the cursor, the generator and the step budget.
     shuffle : bool, default=True
@@ -192,9 +211,15 @@ class PlannedBatches:
         self.batch_size = min(int(batch_size), self.n)
         self.net = net
         self.shuffle = shuffle
+        self.bounds = batch_bounds(self.n, self.batch_size).tolist()
 
     def __len__(self) -> int:
-        return math.ceil(self.n / self.batch_size)
+        return len(self.bounds) - 1
+
+    def _end(self, row: int) -> int:
+        """The end of the batch that starts at ``row`` (the next bound: a cursor saved off the bounds, by a version
+        that cut batches otherwise, ends its batch there too)."""
+        return self.bounds[bisect.bisect_right(self.bounds, row)]
 
     def __iter__(self):
         net = self.net
@@ -209,14 +234,17 @@ class PlannedBatches:
         # per tensor per block instead of per batch (a small network's step is mostly per-operation overhead),
         # the same rows in the same order as batch-by-batch gathers, a block at most BLOCK_BYTES
         row_bytes = sum(t[:1].numel() * t.element_size() for t in self.tensors)
-        rows = self.batch_size * max(1, BLOCK_BYTES // max(1, row_bytes * self.batch_size))
+        per_block = max(1, BLOCK_BYTES // max(1, row_bytes * self.batch_size))
         while cursor[1] < self.n and net.steps_remaining_ > 0:
-            start = cursor[1]
-            stop = min(start + rows, self.n, start + net.steps_remaining_ * self.batch_size)
+            start = stop = cursor[1]
+            for _ in range(min(per_block, net.steps_remaining_)):
+                stop = self._end(stop)
+                if stop >= self.n:
+                    break
             block = tuple(t.index_select(0, order[start:stop]) for t in self.tensors)
             while cursor[1] < stop and net.steps_remaining_ > 0:
-                lo, hi = cursor[1], min(cursor[1] + self.batch_size, self.n)
-                cursor[1] = hi
+                lo = cursor[1]
+                hi = cursor[1] = self._end(lo)
                 yield tuple(b[lo - start: hi - start] for b in block)
 
 
