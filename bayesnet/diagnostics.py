@@ -38,10 +38,13 @@ def autocorrelation(x: np.ndarray) -> np.ndarray:
     Returns
     -------
     ndarray, shape (n,)
-        ``rho[0] == 1`` (all zeros for a constant series).
+        ``rho[0] == 1`` (all zeros for a constant series; all NaN for a series with a non-finite value: before,
+        zeros, so a chain that went non-finite looked perfectly mixed).
     """
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
+    finite = np.isfinite(x).all(axis=-1, keepdims=True)
+    x = np.where(finite, x, 0.0)  # (NaN below: no FFT of infinities, no warnings)
     xc = x - x.mean(axis=-1, keepdims=True)
     size = 1 << (2 * n - 1).bit_length()
     f = np.fft.rfft(xc, n=size, axis=-1)
@@ -49,7 +52,7 @@ def autocorrelation(x: np.ndarray) -> np.ndarray:
     var = acov[..., :1]
     with np.errstate(invalid="ignore", divide="ignore"):
         rho = np.where(var > 0, acov / np.where(var > 0, var, 1.0), 0.0)
-    return rho
+    return np.where(finite, rho, np.nan)
 
 
 def effective_sample_size(draws: np.ndarray) -> float:

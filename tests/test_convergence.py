@@ -397,6 +397,16 @@ def test_stuck_chains_and_nan_are_no_perfect_score():
     noisy = np.random.default_rng(0).normal(size=(4, 100))
     noisy[1, 3] = np.nan
     assert math.isnan(tail_effective_sample_size(noisy)) and math.isnan(effective_sample_size(noisy))
+    # the autocorrelation of a series with a NaN or an infinity is NaN, as documented (before: all zeros, a
+    # perfectly mixed chain; a helper's user test), without numpy's warnings; the other series keep theirs
+    from bayesnet.diagnostics import autocorrelation
+
+    for bad in (np.nan, np.inf):
+        noisy[1, 3] = bad
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            rho = autocorrelation(noisy)
+        assert np.isnan(rho[1]).all() and rho[0, 0] == 1.0 and np.isfinite(rho[[0, 2, 3]]).all()
 
 
 def test_rows_whose_chains_stood_still_summarise_without_a_numpy_warning():
