@@ -634,6 +634,8 @@ def test_ctrl_c_saves_a_partial_fit_and_exits_130(tmp_path, capsys, good_csv, mo
     # the signal arrives in the 30th step, which the estimator completes before stopping: 30 steps, the last
     # 20 of them after burn-in, all kept
     assert "warning: the fit was interrupted at step 30 of 60 planned" in err  # the estimator's, one line
+    # in the command line's words: a saved model cannot be continued (before: "partial_fit continues ...")
+    assert "partial_fit" not in err and "run the command again to fit anew" in err
     err = "\n".join(line for line in err.splitlines() if not line.startswith("warning: "))
     assert err.startswith("interrupted (Ctrl-C) after 30 sampler steps.") and "as a partial fit" in err
     assert "test accuracy" not in out

@@ -51,6 +51,13 @@ def _cli_words(message: str, given: dict | None = None) -> str:
     message = re.sub(r"\(n_chains\)", lambda m: f"({_option('n_chains', given)})", message)
     message = re.sub(r"\bprior_scale(?==)", lambda m: _option("prior_scale", given), message)
     message = re.sub(r"\s*\(see fit_status_\)|;\s*see fit_status_", "", message)
+    # the library's pointers to partial_fit, which continues chains in Python: a saved model holds the draws, not
+    # the chains, so the command line runs anew (before: "partial_fit continues the planned run where it stopped"
+    # after a Ctrl-C)
+    message = re.sub(r";\s*partial_fit continues the planned run where it stopped\.",
+                     ": run the command again to fit anew (a saved model holds the draws, not the chains).", message)
+    message = re.sub(r",? or call partial_fit to continue the chains|:? partial_fit continues the chains", "", message)
+    message = re.sub(r", and partial_fit continues it\b", "", message)
     from ..samplers import available_samplers, get_sampler_class
 
     sampler_classes = {get_sampler_class(n).__name__ for n in available_samplers()}
