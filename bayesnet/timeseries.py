@@ -43,8 +43,15 @@ def make_forecasting_windows(series, n_lags: int, horizon: int = 1, stride: int 
     Raises
     ------
     ValueError
-        If the series is not one-dimensional, contains NaN/inf, or is too short.
+        If the series is not one-dimensional, holds complex numbers or strings, contains NaN/inf, or is too
+        short.
     """
+    raw = np.asarray(series)
+    if raw.dtype.kind in "cUS" or (raw.dtype.kind == "O" and any(isinstance(v, (str, bytes, complex))
+                                                                  for v in raw.ravel())):
+        # (before: complex values lost their imaginary part with a ComplexWarning, strings of numbers were parsed)
+        raise ValueError(f"series must hold real numbers, got {raw.dtype.name if raw.dtype.kind != 'O' else 'objects'}"
+                         " (complex numbers or strings).")
     y = np.asarray(series, dtype=np.float64)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]

@@ -26,6 +26,11 @@ def test_windows_and_embedding():
         TakensEmbedding(dimension=2, delay=3).fit(X).set_params(delay=0).transform(X)
     with pytest.raises(ValueError, match="NaN"):
         make_forecasting_windows([1.0, np.nan, 2.0, 3.0], n_lags=1)
+    # complex values and strings (a helper's user test: the real part was kept with a ComplexWarning, strings parsed)
+    for bad in (np.sin(np.arange(20)) + 1j, np.array([str(v) for v in range(20)]), [1.0, "2", 3.0] * 5):
+        with pytest.raises(ValueError, match="series must hold real numbers"):
+            make_forecasting_windows(bad, n_lags=2)
+    assert make_forecasting_windows(np.arange(20), n_lags=2)[0].dtype == np.float64  # integers are numbers
     # input_features checked as scikit-learn's transformers check them (before: any list was taken)
     takens = TakensEmbedding(dimension=3, delay=2).fit(X)
     assert list(takens.get_feature_names_out([f"x{i}" for i in range(6)])) == ["lag_2", "lag_4", "lag_6"]
