@@ -247,6 +247,14 @@ def _estimator_spec(est, enc: _Encoder, key: str) -> dict:
             "device": str(est.device_)}
 
 
+#: a pipeline step that passes its input through (scikit-learn's ``"passthrough"`` or None), as a model file names it
+_PASSTHROUGH = "passthrough"
+
+
+def _passes_through(step) -> bool:
+    return step is None or (isinstance(step, str) and step == _PASSTHROUGH)
+
+
 def _transformer_spec(step, enc: _Encoder, key: str) -> dict:
     name = type(step).__name__
     if name not in _transformer_classes():
@@ -264,7 +272,8 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     ----------
     model : fitted bayesnet estimator or sklearn.pipeline.Pipeline
         Pipelines may hold ``StandardScaler``, ``MinMaxScaler``, ``RobustScaler``, ``MaxAbsScaler``,
-        :class:`bayesnet.TakensEmbedding` and the command line's reshapes, then the estimator.
+        :class:`bayesnet.TakensEmbedding`, the command line's reshapes and ``"passthrough"`` (or None) steps, then
+        the estimator (a None step comes back as ``"passthrough"``).
     path : str or PathLike
         The file to write (conventionally ``*.bayesnet``); written to a temporary file, then renamed.
     metadata : dict, optional
@@ -289,6 +298,7 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     enc = _Encoder()
     if isinstance(model, Pipeline):
         steps = [{"name": n, **(_estimator_spec(s, enc, f"step{i}") if i == len(model.steps) - 1
+                                else {"class": _PASSTHROUGH} if _passes_through(s)
                                 else _transformer_spec(s, enc, f"step{i}"))}
                  for i, (n, s) in enumerate(model.steps)]
         spec = {"kind": "pipeline", "steps": steps}
@@ -394,7 +404,7 @@ def _read(path):
             raise
         if not isinstance(exc, OSError) and _names_the_format(path):  # a model file cut short, or its layout broken
             raise ValueError(f"{os.fspath(path)} is a damaged bayesnet model file: it cannot be read as safetensors "
-                             f"({exc}; cut short in a transfer?).") from None
+                             f"({exc}; cut short, or with bytes added, in a transfer?).") from None
         raise _NotAModelFile(f"{os.fspath(path)} is not a bayesnet model file ({exc}).") from None
     if problem is not None:
         raise problem
@@ -447,7 +457,8 @@ def _check_pipeline_row(pipe) -> None:
     """One row of zeros through the pipeline's transformers and the estimator's input checks: the steps must fit
     together as ``predict`` chains them (a crafted reshape's arguments loaded, then failed at predict with a
     traceback). Runs only the allowlisted steps' own code, on this row."""
-    first = pipe[0]
+    transformers = [step for _, step in pipe.steps[:-1] if not _passes_through(step)]
+    first = transformers[0] if transformers else pipe[-1]
     if first is pipe[-1] or getattr(first, "func", 0) is None:  # (a pass-through first step takes any shape:
         # the estimator's own checks cover input of 3 or 4 axes, whose n_features_in_ counts the second axis only)
         return
@@ -457,7 +468,7 @@ def _check_pipeline_row(pipe) -> None:
     row = np.zeros((1, int(n)))
     with _malformed(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (feature-name notes: the row has none)
-        for _, step in pipe.steps[:-1]:
+        for step in transformers:
             row = step.transform(row)
         pipe[-1]._validate_X(row, reset=False)
 
@@ -779,6 +790,9 @@ def _load(spec, tensors, path, return_metadata: bool):
         for i, step in enumerate(spec["steps"]):
             if i == len(spec["steps"]) - 1:
                 steps.append((step["name"], _build_estimator(step, tensors)))
+                continue
+            if step.get("class") == _PASSTHROUGH and set(step) == {"name", "class"}:
+                steps.append((step["name"], _PASSTHROUGH))
                 continue
             cls = classes.get(step["class"])
             if cls is None:

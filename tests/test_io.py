@@ -77,6 +77,23 @@ def test_pipelines_with_scalers_and_takens(tmp_path):
     np.testing.assert_array_equal(back.predict(X[200:]), pipe.predict(X[200:]))
 
 
+@pytest.mark.parametrize("skip", ["passthrough", None])
+def test_pipelines_with_passthrough_steps(tmp_path, skip):
+    """A helper's user test: scikit-learn's "passthrough" (or None) pipeline steps were refused by save with "str is
+    not among them". They are saved and load as "passthrough"."""
+    from sklearn.pipeline import Pipeline
+
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = Pipeline([("skip", skip), ("scale", StandardScaler()), ("also", "passthrough"),
+                         ("net", BayesianMLPClassifier((4,), burn_in=20, n_draws=3, random_state=0))]).fit(X, y)
+    bayesnet.save(pipe, tmp_path / "m.bayesnet")
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    assert [s for _, s in loaded.steps[:1] + loaded.steps[2:3]] == ["passthrough", "passthrough"]
+    np.testing.assert_array_equal(loaded.predict_proba(X), pipe.predict_proba(X))
+
+
 def test_the_file_size_follows_the_draws_not_the_run(tmp_path):
     X, y = load_iris(return_X_y=True)
     X = StandardScaler().fit_transform(X)
