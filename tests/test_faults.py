@@ -295,28 +295,37 @@ def test_a_chain_that_runs_hot_warns(iris):
     average a few times their target after the burn-in; a ConvergenceWarning says so, quoting the hottest
     chain's figure, and names the fix. Four chains, because one short hot chain's mean depends on the CPU's
     rounding of its path (this seed's first chain: about 5 on the Intel machines, 1.9 on an AMD EPYC, against
-    the warning's threshold of 1.67); the hottest of four was 2.3-5.7 on seeds 0-3 there."""
+    the warning's threshold of 1.67); the hottest of four was 2.3-5.7 on seeds 0-3 there. Since an epoch's rows
+    are spread evenly over its batches (iris' 150 rows: two of 75, not 128 and 22, whose gradient was scaled up
+    6.8-fold) the step that does this is larger, 0.007 (hottest of four 1.9-11.6 on seeds 0-3, none diverged),
+    and the test takes the first seed whose hottest chain is above 2 with every chain kept."""
     X, y = iris
-    est = BayesianMLPClassifier((8,), n_draws=20, burn_in=50, thinning=2, random_state=0, sampler="sghmc",
-                                sampler__step_size=0.005, n_chains=4)
-    messages = fit_recording(est, X, y)
+    for seed in range(4):
+        est = BayesianMLPClassifier((8,), n_draws=20, burn_in=50, thinning=2, random_state=seed, sampler="sghmc",
+                                    sampler__step_size=0.007, n_chains=4)
+        messages = fit_recording(est, X, y)
+        hottest = float(est.step_stats_.member_means("kinetic_temperature").max())
+        if hottest > 2.0 and not est.fit_status_["diverged_chains"]:
+            break
+    else:
+        raise AssertionError("no seed ran a chain hot without a divergence")
     hot = [m for m in messages if m.startswith("a chain ran hot: its kinetic temperature")]
-    assert hot and "against a target of 1" in hot[0] and "a smaller step size (now sampler__step_size=0.005)" in hot[0]
-    assert not est.fit_status_["diverged_chains"]
-    hottest = float(est.step_stats_.member_means("kinetic_temperature").max())
-    assert hottest > 2.0 and f"averaged {hottest:.3g} after burn-in" in hot[0]
+    assert hot and "against a target of 1" in hot[0] and "a smaller step size (now sampler__step_size=0.007)" in hot[0]
+    assert f"averaged {hottest:.3g} after burn-in" in hot[0]
 
 
 def test_the_hot_chain_warning_is_about_a_kept_chain(cancer):
     """Four chains at a step size where most diverge: the hot-chain warning's figure is the hottest *kept* chain's
     mean kinetic temperature (a few times the target), not the hottest diverged chain's (hundreds). Which chains diverge
     depends on the CPU's floating-point rounding (on one machine chains 1-3 of seed 0, on another 0, 2 and 3), so
-    the test takes the first seed whose fit keeps some chains and loses others."""
+    the test takes the first seed whose fit keeps some chains and loses others. The step is 1.5e-3 since an
+    epoch's 398 rows are four batches of 99-100 rows, not three of 128 and one of 14 (whose gradient was scaled
+    up 28-fold: 1e-3 did it then; seeds 0, 1 and 3 keep some chains here)."""
     Xtr, _, ytr, *_ = cancer
     mixed = 0
     for seed in range(4):
         est = BayesianMLPClassifier(n_chains=4, burn_in=200, n_draws=100, thinning=5, random_state=seed,
-                                    sampler="sghmc", sampler__step_size=1e-3)
+                                    sampler="sghmc", sampler__step_size=1.5e-3)
         try:
             messages = fit_recording(est, Xtr, ytr)
         except DivergenceError:  # every chain diverged
@@ -1528,7 +1537,8 @@ def test_with_n_jobs_the_warnings_and_errors_read_every_group(iris):
 
     from bayesnet import DivergenceError
 
-    X, y = make_moons(200, noise=0.2, random_state=0)
+    X, y = make_moons(300, noise=0.2, random_state=0)  # (200 rows settled both groups' warm-ups once the rows were
+    # spread evenly over the batches: 100 and 100, not 128 and 72)
     kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, random_state=0, sampler="eqn", sampler__n_walkers=4,
               n_chains=2)
     alone = " ".join(fit_recording(BayesianMLPClassifier(**kw), X, y))
