@@ -165,12 +165,18 @@ def _fitted_params(est) -> dict:
     what the draws were fitted under: before, save wrote it, and the file predicted with another network (a new
     ``activation``: digits' accuracy 0.90 -> 0.74, silently) or did not load (a new ``hidden_layer_sizes``, or
     ``n_draws=0``). Warns (UserWarning) naming those settings."""
-    from .estimators.run import _same
+    from .estimators.run import _same, user_stacklevel
 
     now = est.get_params(deep=False)
     fitted = vars(est).get("fit_params_")
     if not isinstance(fitted, dict):
         return now
+    # the sampler's settings as its chains ran them (the fitted sampler_'s: a pickle from before continued fits
+    # recorded sampler__* in fit_params_ had a continued fit's new value there only)
+    sampler = vars(est).get("sampler_")
+    used = sampler.get_params(deep=False) if sampler is not None else {}
+    fitted = {**fitted, **{k: used[k[9:]] for k in {*fitted, *now} if k.startswith("sampler__") and k[9:] in used
+                           and (k in fitted or _same(now[k], used[k[9:]]))}}
 
     def run_setting(name):
         return name in _RUN_SETTINGS or name.startswith(_RUN_PREFIXES)
@@ -182,7 +188,7 @@ def _fitted_params(est) -> dict:
     if stale:
         warnings.warn(f"{type(est).__name__} has settings changed by set_params since it was fitted: "
                       f"{', '.join(stale)}. save() writes the settings its draws were fitted with; the new ones take "
-                      "effect at the next fit and are not saved.", UserWarning, stacklevel=4)
+                      "effect at the next fit and are not saved.", UserWarning, stacklevel=user_stacklevel())
     return params
 
 

@@ -1025,6 +1025,44 @@ def test_skorch_callbacks_around_an_optimiser_are_refused(iris, tmp_path):
     assert len(est.trace_) == 5
 
 
+def test_groups_of_chains_name_the_call_and_save_the_fits_settings(iris, tmp_path):
+    """The reviewer's: with n_jobs, fit(warm_start=True)'s refusals (raised in the workers, which a context variable
+    does not reach) still said "partial_fit cannot continue"; and a pickle from before an n_jobs fit recorded its own
+    settings held its first group's (n_chains=2 of 4), which save then wrote, with a warning about a set_params
+    the user never made."""
+    X, y = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = BayesianMLPClassifier(**GROUPS).fit(X, y)
+    assert est.fit_params_["n_chains"] == 4
+    with pytest.raises(ValueError, match=r"^fit\(warm_start=True\) cannot continue the chains with changed burn_in"):
+        copy.deepcopy(est).set_params(burn_in=30, warm_start=True).fit(X, y)
+    old = copy.deepcopy(est)
+    old.fit_params_ = dict(old.shards_[0].fit_params_)  # as merge recorded it before
+    assert old.fit_params_["n_chains"] == 2
+    old = pickle.loads(pickle.dumps(old))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        old.save(tmp_path / "m.bayesnet")
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    assert loaded.n_chains == 4 and loaded.layout_.chains == 4
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+
+
+def test_the_data_change_is_named_by_its_own_call_only(iris):
+    """The reviewer's: the DivergenceError's sentence on a data change outlived the call that changed the data."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), burn_in=50, n_draws=10, thinning=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier(**kw).fit(X[::2], y[::2])
+        assert est._new_data_at is None
+        est.partial_fit(X, y)
+        assert est._new_data_at == 70
+        est.partial_fit(X, y)
+        assert est._new_data_at is None
+
+
 def test_groups_of_chains_refuse_a_changed_number_of_chains(iris):
     """Before: with n_jobs the groups kept their chains and partial_fit continued them silently under the new
     n_chains (the shards were never told), so n_chains and the chains fitted disagreed."""

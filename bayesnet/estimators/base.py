@@ -916,6 +916,12 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             if "trace_" in state:
                 state.setdefault("input_mean_", None)
                 state.setdefault("input_scale_", None)
+        shards, recorded = state.get("shards_"), state.get("fit_params_")
+        if shards and isinstance(recorded, dict):  # pickled before an n_jobs fit recorded its own settings: they
+            # were its first group's (n_chains of that group); the chains are the groups' and the lost ones
+            lost = (state.get("fit_status_") or {}).get("lost_chains", [])
+            state["fit_params_"] = {**recorded, "n_chains": sum(int(vars(g)["n_chains"]) for g in shards) + len(lost),
+                                    "n_jobs": state.get("n_jobs"), "verbose": state.get("verbose")}
         if wanted == "auto":
             # a fitted model stays where it was fitted (its chains' random streams were made there): a CPU fit
             # unpickled on a GPU machine is not moved to the GPU; a GPU fit without a GPU comes to the CPU

@@ -42,12 +42,19 @@ def _indexed_fit_group(i, args):
     return i, _fit_group(*args)
 
 
-def _fit_group(estimator, X, y, classes):
-    """Worker body: run one group of chains; an exception comes back with the group (and its draws so far)."""
+def _fit_group(estimator, X, y, classes, call="partial_fit"):
+    """Worker body: run one group of chains; an exception comes back with the group (and its draws so far).
+    ``call``: the caller's call, as refusals name it (:data:`~bayesnet.estimators.run.CONTINUING_CALL`: a context
+    variable does not reach a worker process)."""
+    from .run import CONTINUING_CALL
+
+    token = CONTINUING_CALL.set(call)
     try:
         return estimator.partial_fit(X, y, classes=classes), None
     except (DivergenceError, MemoryError, FloatingPointError) as exc:
         return estimator, exc
+    finally:
+        CONTINUING_CALL.reset(token)
 
 
 def _is_pool_failure(exc: BaseException) -> bool:
@@ -81,6 +88,8 @@ def fit_groups(net, X, y, classes) -> None:
         If every group was lost to dead workers.
     """
     from .run import seed_base
+
+    from .run import continuing_call
 
     fresh = not getattr(net, "shards_", None)
     resuming = []  # the groups a continued fit resumes (the others wait for them); none for a fresh fit
@@ -119,14 +128,15 @@ def fit_groups(net, X, y, classes) -> None:
         plan = {k: c[k] for c in changes for k in ("n_draws", "thinning", "max_epochs") if k in c}
         if resuming and plan:  # refused before any group changes, so the fit stays as it was
             detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in plan.items())
-            raise ValueError(f"partial_fit first resumes the groups of chains that stopped early (chains "
+            raise ValueError(f"{continuing_call()} first resumes the groups of chains that stopped early (chains "
                              f"{[c for i in resuming for c in _chains(net.shards_[i])]}) to their planned run; "
                              f"change {detail} in a later call, once every group has finished.")
         shards = [shard.set_params(**{k: new for k, (new, _) in c.items()}) if c else shard
                   for shard, c in zip(net.shards_, changes)]
     for shard in shards:  # the data's warnings (a column-vector y, a constant target, unscaled inputs) came from
         shard._quiet_data = True  # net's own validation above: not again from every worker
-    tasks = {i: (shard, X, y, classes) for i, shard in enumerate(shards) if not resuming or i in resuming}
+    tasks = {i: (shard, X, y, classes, continuing_call()) for i, shard in enumerate(shards)
+             if not resuming or i in resuming}
     done, lost = _run(tasks, net.n_jobs)
     for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
         more, _ = _run({i: tasks[i]}, 2)
@@ -178,7 +188,7 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
     first = shards[0]
     for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
                  "input_shape_", "input_mean_", "input_scale_", "device_", "prior_", "sampler_", "n_train_", "history_", "plan_", "seed_",
-                 "data_fingerprint_", "check_rows_"):
+                 "data_fingerprint_", "check_rows_", "_new_data_at"):
         if attr in vars(first):
             setattr(net, attr, getattr(first, attr))
     net.fit_params_ = net.get_params(deep=False)  # (the groups' own are theirs: their n_chains, n_jobs=None)

@@ -446,6 +446,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if replanned:
         net.trace_.reconfigure(n_draws=int(net.n_draws), thinning=thinning)
     new_data = fingerprint(X, y)
+    net._new_data_at = None  # (this call's: a later call on the same data did not change them)
     if new_data != net.data_fingerprint_:
         net.sampler_.reset_cache(net.sampler_state_)
         net.posterior_.n_data = net.n_train_ = len(X)
