@@ -797,7 +797,10 @@ def _load(spec, tensors, path, return_metadata: bool):
             if i == len(spec["steps"]) - 1:
                 steps.append((step["name"], _build_estimator(step, tensors)))
                 continue
-            if step.get("class") == _PASSTHROUGH and set(step) == {"name", "class"}:
+            if step.get("class") == _PASSTHROUGH:
+                if set(step) != {"name", "class"}:
+                    raise ValueError(f"malformed model file: a passthrough step holds its name only, got "
+                                     f"{sorted(step)}.")
                 steps.append((step["name"], _PASSTHROUGH))
                 continue
             cls = classes.get(step["class"])

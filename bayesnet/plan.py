@@ -77,7 +77,8 @@ class RunPlan:
     n_data : int
         Rows of training data ``N``.
     batch_size : int
-        Rows per mini-batch (``N`` for the full batch).
+        The most rows per mini-batch (``N`` for the full batch); an epoch's rows are spread evenly over
+        ``ceil(N / batch_size)`` batches.
     burn_in : int
         Steps discarded at the start of the run; the samplers' warm-up happens in them.
     n_draws : int

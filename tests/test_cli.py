@@ -636,6 +636,10 @@ def test_ctrl_c_saves_a_partial_fit_and_exits_130(tmp_path, capsys, good_csv, mo
     assert "warning: the fit was interrupted at step 30 of 60 planned" in err  # the estimator's, one line
     # in the command line's words: a saved model cannot be continued (before: "partial_fit continues ...")
     assert "partial_fit" not in err and "run the command again to fit anew" in err
+    # and tacthmc's shortfall advice (the reviewer's: "Run longer (partial_fit continues the chain)")
+    from bayesnet.cli.models import _cli_words
+
+    assert _cli_words("Run longer (partial_fit continues the chain), narrow it.") == "Run longer, narrow it."
     err = "\n".join(line for line in err.splitlines() if not line.startswith("warning: "))
     assert err.startswith("interrupted (Ctrl-C) after 30 sampler steps.") and "as a partial fit" in err
     assert "test accuracy" not in out

@@ -92,6 +92,20 @@ def test_pipelines_with_passthrough_steps(tmp_path, skip):
     loaded = bayesnet.load(tmp_path / "m.bayesnet")
     assert [s for _, s in loaded.steps[:1] + loaded.steps[2:3]] == ["passthrough", "passthrough"]
     np.testing.assert_array_equal(loaded.predict_proba(X), pipe.predict_proba(X))
+    # a crafted passthrough step that holds more than its name is refused as such
+    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "m.bayesnet"), framework="pt") as f:
+        header = dict(f.metadata())
+    tensors = load_file(str(tmp_path / "m.bayesnet"))
+    spec = json.loads(header["spec"])
+    spec["steps"][0]["params"] = {}
+    header["spec"] = json.dumps(spec)
+    header["sha256"] = bayesnet.io._checksum(header["spec"], tensors)
+    save_file(tensors, str(tmp_path / "crafted.bayesnet"), metadata=header)
+    with pytest.raises(ValueError, match=r"a passthrough step holds its name only"):
+        bayesnet.load(tmp_path / "crafted.bayesnet")
 
 
 def test_the_file_size_follows_the_draws_not_the_run(tmp_path):

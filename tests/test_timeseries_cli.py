@@ -27,7 +27,8 @@ def test_windows_and_embedding():
     with pytest.raises(ValueError, match="NaN"):
         make_forecasting_windows([1.0, np.nan, 2.0, 3.0], n_lags=1)
     # complex values and strings (a helper's user test: the real part was kept with a ComplexWarning, strings parsed)
-    for bad in (np.sin(np.arange(20)) + 1j, np.array([str(v) for v in range(20)]), [1.0, "2", 3.0] * 5):
+    for bad in (np.sin(np.arange(20)) + 1j, np.array([str(v) for v in range(20)]), [1.0, "2", 3.0] * 5,
+                np.array([np.complex64(1 + 2j)] + [float(i) for i in range(19)], dtype=object)):
         with pytest.raises(ValueError, match="series must hold real numbers"):
             make_forecasting_windows(bad, n_lags=2)
     assert make_forecasting_windows(np.arange(20), n_lags=2)[0].dtype == np.float64  # integers are numbers

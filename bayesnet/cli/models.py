@@ -56,7 +56,8 @@ def _cli_words(message: str, given: dict | None = None) -> str:
     # after a Ctrl-C)
     message = re.sub(r";\s*partial_fit continues the planned run where it stopped\.",
                      ": run the command again to fit anew (a saved model holds the draws, not the chains).", message)
-    message = re.sub(r",? or call partial_fit to continue the chains|:? partial_fit continues the chains", "", message)
+    message = re.sub(r",? or call partial_fit to continue the chains|:? partial_fit continues the chains|"
+                     r" \(partial_fit continues the chains?\)", "", message)
     message = re.sub(r", and partial_fit continues it\b", "", message)
     from ..samplers import available_samplers, get_sampler_class
 

@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "as many steps as it, at least the sampler's own spacing apart (10; 1 for tacthmc) "
                                f"(default: {_per_dataset('thinning')})")
     sampling.add_argument("--batch-size", type=_batch_size, metavar="ROWS",
-                          help="rows per mini-batch, full for the whole training set, or auto (128; full for hmc and pt-langevin) "
+                          help="the most rows per mini-batch (an epoch's rows spread evenly over its batches), full for the whole training set, or auto (128; full for hmc and pt-langevin) "
                                f"(default: {_per_dataset('batch_size')})")
     sampling.add_argument("--n-chains", type=_positive_int, metavar="C",
                           help="independent chains, advanced together (default: 1)")

@@ -115,7 +115,9 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         above 100. Fixed while chains continue: changing it in ``partial_fit`` raises
         ValueError.
     batch_size : int or "auto", default="auto"
-        Mini-batch size; -1 for full-batch gradients; "auto" is 128 rows for
+        The largest mini-batch (an epoch's rows are spread evenly over
+        ``ceil(n / batch_size)`` batches, differing by one row at most);
+        -1 for full-batch gradients; "auto" is 128 rows for
         the stochastic-gradient samplers and the full batch for the samplers
         with a Metropolis test that need it (``hmc``, ``pt-langevin``).
     max_epochs : int or None, default=None
