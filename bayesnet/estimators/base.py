@@ -799,8 +799,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             f" The chains continued on other data than the earlier call's (from step {since}) with the step size and "
             "mass the warm-up froze on those: call fit() (with warm_start=False) to warm up on these data.")
         return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved} Reduce the step size (now {hint}), e.g. by a "
-                "factor of 10"
-                f"{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
+                f"factor of 10{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
                 "discarded (see fit_status_).")
 
@@ -918,10 +917,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 state.setdefault("input_scale_", None)
         shards, recorded = state.get("shards_"), state.get("fit_params_")
         if shards and isinstance(recorded, dict):  # pickled before an n_jobs fit recorded its own settings: they
-            # were its first group's (n_chains of that group); the chains are the groups' and the lost ones
+            # were its first group's (n_chains of that group; its n_jobs and verbose are run settings, which save
+            # takes as they are now); the chains are the groups' and the lost ones
             lost = (state.get("fit_status_") or {}).get("lost_chains", [])
-            state["fit_params_"] = {**recorded, "n_chains": sum(int(vars(g)["n_chains"]) for g in shards) + len(lost),
-                                    "n_jobs": state.get("n_jobs"), "verbose": state.get("verbose")}
+            state["fit_params_"] = {**recorded, "n_chains": sum(int(vars(g)["n_chains"]) for g in shards) + len(lost)}
         if wanted == "auto":
             # a fitted model stays where it was fitted (its chains' random streams were made there): a CPU fit
             # unpickled on a GPU machine is not moved to the GPU; a GPU fit without a GPU comes to the CPU

@@ -87,9 +87,7 @@ def fit_groups(net, X, y, classes) -> None:
     RuntimeError
         If every group was lost to dead workers.
     """
-    from .run import seed_base
-
-    from .run import continuing_call
+    from .run import continuing_call, seed_base
 
     fresh = not getattr(net, "shards_", None)
     resuming = []  # the groups a continued fit resumes (the others wait for them); none for a fresh fit
