@@ -341,7 +341,7 @@ def test_cuda_or_mps_without_them_is_refused_before_reading(capsys, good_csv, mo
         assert f"--device {device}: {kind} is not available on this machine" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # not a device at all: said so, not "CUDA is not available"
         main(["fit", "--data", good_csv, "--target", "label", *TINY, "--set", "device=xpu"])
-    assert "--set device: device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'xpu'" in capsys.readouterr().err
+    assert "--set device: device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto', got 'xpu'" in capsys.readouterr().err
 
 
 def test_step_size_auto_and_the_warnings_in_command_line_words(tmp_path, capsys, good_csv):

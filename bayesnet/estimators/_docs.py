@@ -150,8 +150,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         does not take raises TypeError from ``fit`` before it changes
         anything. (Unlike skorch's
         ``compile``, the module itself is not compiled.)
-    device : {"cpu", "cuda", "cuda:N", "auto"}, default="cpu"
-        Where sampling and prediction run ("auto": a GPU when there is one).
+    device : {"cpu", "cuda", "cuda:N", "mps", "auto"}, default="cpu"
+        Where sampling and prediction run ("auto": a CUDA GPU when there is
+        one; "mps", Apple's GPU, is accepted but has never run on one; an
+        unavailable device is a ValueError from ``fit``).
         Draws are always stored on the CPU; prediction copies them to the
         device once and evaluates them together in blocks of draws x rows
         (all draws at once within an eighth of a GPU's free memory; a
@@ -184,7 +186,23 @@ ATTRIBUTES_DOC = """
         False.
     module_ : torch.nn.Module
         The network; its parameters hold the chain's current position.
+    n_train_ : int
+        Rows the chains were fitted on (the last call's data).
+    criterion_, prior_, posterior_ : the likelihood, the prior (for the
+        hierarchical prior ``prior_.precision``, float64 ``(S, G)``: each
+        member's precisions) and the ``ChainPosterior`` whose
+        ``parameters`` are the live positions, ``(S, *shape)``.
     sampler_ : bayesnet.samplers.Sampler
+    sampler_state_ : bayesnet.samplers.SamplerState
+        The chains' state (``warmup_report`` among it); None in a model
+        read from a file.
+    plan_ : RunPlan
+        The plan of the call that started the chains (burn-in, data size).
+    n_draws_kept_ : int
+        Draws kept, all chains (``n_draws_`` is its deprecated alias).
+    loaded_ : bool
+        Whether the model was read from a file (``bayesnet.io.load``): it
+        predicts, but holds no chains to continue.
     trace_ : bayesnet.trace.Trace
         The retained draws, one slot per chain (per replica/walker for
         pt-langevin and eqn); ``trace_.as_array()`` is (n_slots, n_draws, D).

@@ -47,7 +47,7 @@ UNSCALED_INPUT = 100.0
 
 
 def resolve_device(device) -> torch.device:
-    """Turn ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or a torch.device into a torch.device.
+    """Turn ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, ``"auto"`` or a torch.device into a torch.device.
 
     Raises
     ------
@@ -78,9 +78,9 @@ def parse_device(device) -> torch.device | None:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.") from exc
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto', got {device!r}.") from exc
     if dev.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.")
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto', got {device!r}.")
     return dev
 
 
