@@ -593,7 +593,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         set). Otherwise the chains continue: an interrupted run continues its planned steps exactly where it
         stopped (mid-epoch included), a completed one takes ``n_draws`` new draws per chain, which replace the old
         ones (the trace keeps the latest ``n_draws`` per chain: a continued run's draws come from later in the
-        chain, not in addition to the earlier ones).
+        chain, not in addition to the earlier ones). Each call samples the posterior given its own ``(X, y)``:
+        earlier calls' data shape only where the chains start (this is not incremental learning over chunks;
+        fit on all the rows to condition on all of them).
 
         Raises
         ------
