@@ -3,7 +3,7 @@
 * :func:`mass_from_moments`: the diagonal mass from a window's gradient and position moments (the secant rule);
 * :func:`curvature`: each member's largest preconditioned curvature, by power iteration on finite-difference
   Hessian-vector products of one mini-batch;
-* :func:`noise_fraction`: the fraction of the gradient's second moment that is mini-batch noise;
+* :func:`noise_fraction`: the gradient's mini-batch noise variance in preconditioned units (not a fraction);
 * :func:`diagonal_curvature`: Hutchinson's estimate of the Hessian's diagonal (the first mass).
 
 Every estimate is per member (chain, replica or walker) and draws its random numbers from each chain's own
@@ -175,8 +175,9 @@ def curvature(potential, batch, position: Sequence[Tensor], inverse_mass: Sequen
 @torch.no_grad()
 def noise_fraction(potential, batch, inverse_mass: Sequence[Tensor] | None, layout: ChainLayout,
                    transform=None) -> Tensor | None:
-    """The fraction of the gradient's second moment that is mini-batch noise, per member: the mean over
-    coordinates of ``m_i * Var_i``, with ``Var`` the gradient noise of ``batch`` estimated from its two halves
+    """The mini-batch noise of the gradient in preconditioned units, per member: the mean over coordinates of
+    ``m_i * Var_i`` (a variance, not a fraction, whatever the name: the samplers' step rules compare it with the
+    heat a step may add), with ``Var`` the gradient noise of ``batch`` estimated from its two halves
     (``(g_a - g_b)^2 / 4``, one draw per coordinate: the mean over coordinates steadies it). None when the
     potential cannot split its batch or the batch is the full data. ``transform`` (see :func:`curvature`):
     the noise as the step applies it, ``B m^{1/2} (g_a - g_b) / 2``, squared (eqn's ``B_i`` amplifies the noise

@@ -57,8 +57,9 @@ class SGLD(Sampler):
         set by the warm-up (:meth:`warmup_step_size`): stable,
         :math:`\eta\lambda_{max}(M^{-1}H) = 0.1` (5 % inflation of the
         stiffest direction's variance), and cool, the gradient noise's heat
-        :math:`\eta\rho/2 \le 5\%` (:math:`\rho` its share of the gradient's
-        second moment).
+        :math:`\eta\rho/2 \le 5\%` (:math:`\rho = \overline{m_i
+        \mathrm{Var}_i}`, the gradient's mini-batch noise variance in
+        preconditioned units, averaged over coordinates).
     temperature : float, default=1.0
         :math:`T = \tau > 0`; ``1`` samples the posterior, larger values
         flatten it (Karagiannis's SGLD notes Remark 26).

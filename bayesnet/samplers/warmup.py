@@ -29,8 +29,9 @@ preconditioned curvature ``lambda`` by power iteration on finite-difference Hess
 noise; the largest over the batches; for the step the warm-up freezes at, set at the final window's start, at
 least ``SPOT_SHARE`` (half) of the largest curvature at up to ``N_SPOTS`` positions the member held over the
 window before, since a step set where the potential happens to be flat is too large for the rest of the typical
-set, and there it needs to be stable, not to keep the rule's margin), and the fraction ``rho`` of the gradient's
-second moment that is mini-batch noise (from the gradients of each batch's two halves; 0 on the full data); a
+set, and there it needs to be stable, not to keep the rule's margin), and the mini-batch noise ``rho`` of the
+gradient, the mean over coordinates of its variance times the inverse mass (``noise_fraction``, a variance whatever
+the name; from the gradients of each batch's two halves; 0 on the full data); a
 kernel preconditioned beyond the mass (eqn's walkers' covariance) sets that preconditioner first and has both
 measured through it (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`). A regressor's data term curves as
 ``1 / sigma^2``, with ``sigma`` sampled: the curvature is scaled to the window's mean of that weight (the likelihood's
