@@ -246,6 +246,28 @@ def test_every_sampler_fits_through_an_estimator(name, iris):
     assert set(est.get_sample_stats()) <= set(type(est.sampler_).stats) | measured
 
 
+@pytest.mark.parametrize("maker", available_samplers())
+def test_a_state_made_by_another_sampler_is_refused(maker):
+    """A state stepped by a sampler other than the one whose init made it is a TypeError naming both state
+    classes (a low-level user's test: sghmc's state in sgnht and sgld's in hmc were AttributeErrors from inside
+    the kernel, and baoab's state ran silently in sghmc, which reads its momentum in other units)."""
+    def made_by(name):
+        sampler = make_sampler(name, step_size=0.01)
+        start = torch.zeros(sampler.members_per_chain(), 3, dtype=torch.float64)
+        pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [start])
+        return sampler, pot, sampler.init(pot.parameters, 0, n_chains=1)
+
+    _, _, state = made_by(maker)
+    for name in available_samplers():
+        sampler, pot, own = made_by(name)
+        if type(state) is type(own):
+            continue
+        with pytest.raises(TypeError, match=rf"{name}: the state is a {type(state).__name__}, made by another "
+                                            rf"sampler's init; {name} steps the {type(own).__name__}"):
+            sampler.step(state, pot, None)
+        sampler.step(own, pot, None)  # (its own state steps)
+
+
 @pytest.mark.parametrize("name", ["hmc", "pt-langevin", "tacthmc"])
 def test_a_summed_potential_of_several_members_is_refused_where_each_members_is_read(name):
     """A FunctionPotential returning one summed value for packed chains: the samplers whose kernel reads each

@@ -615,7 +615,18 @@ class Sampler(BaseEstimator):
 
         During the warm-up every gradient feeds the mass estimate and, at the end of each window, the mass and
         step size are set anew (:mod:`bayesnet.samplers.warmup`); once it ends they are frozen.
+
+        Raises
+        ------
+        TypeError
+            If ``state`` was not made by this kind of sampler's :meth:`init` (another sampler's state: before, an
+            AttributeError from inside the kernel, or, between kernels with the same fields, a silent run that
+            read one kernel's momentum in the other's units).
         """
+        if type(state) is not self.state_class:
+            raise TypeError(f"{self.name}: the state is a {type(state).__name__}, made by another sampler's init; "
+                            f"{self.name} steps the {self.state_class.__name__} its own init() makes (a state "
+                            "cannot move between samplers: their momenta and auxiliary variables differ).")
         if int(state.step) == 0:
             self._check_potential_shape(state, potential, batch)
         self.gibbs_step(state, potential)
