@@ -579,11 +579,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                                      f"unknown backend or mode?): {type(exc).__name__}: "
                                      f"{' '.join(str(exc).split())[:300]}") from None
             return super().fit(X, y, **fit_params)
-        token = run.CONTINUING_CALL.set("fit(warm_start=True)")  # (refusals name the call the user made)
-        try:
+        with run.continuing_as("fit(warm_start=True)"):  # (refusals name the call the user made)
             return super().fit(X, y, **fit_params)
-        finally:
-            run.CONTINUING_CALL.reset(token)
 
     def partial_fit(self, X, y=None, classes=None, **fit_params):
         """Draw (more) posterior samples of the weights from ``(X, y)``.

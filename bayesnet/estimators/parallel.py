@@ -46,15 +46,13 @@ def _fit_group(estimator, X, y, classes, call="partial_fit"):
     """Worker body: run one group of chains; an exception comes back with the group (and its draws so far).
     ``call``: the caller's call, as refusals name it (:data:`~bayesnet.estimators.run.CONTINUING_CALL`: a context
     variable does not reach a worker process)."""
-    from .run import CONTINUING_CALL
+    from .run import continuing_as
 
-    token = CONTINUING_CALL.set(call)
-    try:
-        return estimator.partial_fit(X, y, classes=classes), None
-    except (DivergenceError, MemoryError, FloatingPointError) as exc:
-        return estimator, exc
-    finally:
-        CONTINUING_CALL.reset(token)
+    with continuing_as(call):
+        try:
+            return estimator.partial_fit(X, y, classes=classes), None
+        except (DivergenceError, MemoryError, FloatingPointError) as exc:
+            return estimator, exc
 
 
 def _is_pool_failure(exc: BaseException) -> bool:

@@ -342,6 +342,16 @@ def continuing_call() -> str:
     return CONTINUING_CALL.get()
 
 
+@contextlib.contextmanager
+def continuing_as(call: str):
+    """Within the block, refusals name ``call`` as the call that continues the chains (:data:`CONTINUING_CALL`)."""
+    token = CONTINUING_CALL.set(call)
+    try:
+        yield
+    finally:
+        CONTINUING_CALL.reset(token)
+
+
 def refuse_changes(changes: dict) -> None:
     """Raise the ValueError that refuses to continue chains under changed settings, ``{name: (new, old)}``."""
     detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in changes.items())
