@@ -47,8 +47,8 @@ def make_forecasting_windows(series, n_lags: int, horizon: int = 1, stride: int 
         short.
     """
     raw = np.asarray(series)
-    if raw.dtype.kind in "cUS" or (raw.dtype.kind == "O" and any(isinstance(v, (str, bytes, complex, np.complexfloating))
-                                                                  for v in raw.ravel())):
+    if raw.dtype.kind in "cUS" or (raw.dtype.kind == "O" and any(
+            isinstance(v, (str, bytes, complex, np.complexfloating)) for v in raw.ravel())):
         # (before: complex values lost their imaginary part with a ComplexWarning, strings of numbers were parsed)
         raise ValueError(f"series must hold real numbers, got {raw.dtype.name if raw.dtype.kind != 'O' else 'objects'}"
                          " (complex numbers or strings).")

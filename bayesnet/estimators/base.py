@@ -619,8 +619,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             last = max((int(d["step"]) for d in diverged.values()), default=int(status.get("steps_taken", 0)))
             raise DivergenceError(f"every chain of this {type(self).__name__} diverged in an earlier call (the last at "
                                   f"step {last}; fit_status_['diverged_chains']): their positions are not finite, so "
-                                  f"{run.continuing_call()} cannot continue them. Call fit() (with warm_start=False) to start "
-                                  "new chains, with a smaller "
+                                  f"{run.continuing_call()} cannot continue them. Call fit() (with "
+                                  "warm_start=False) to start new chains, with a smaller "
                                   f"step size; the {len(self.trace_) if self.trace_ is not None else 0} draws kept "
                                   "before the divergence stay usable.", last)
         running = getattr(self, "sampler_", None)

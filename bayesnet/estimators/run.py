@@ -422,9 +422,9 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
     refuse_state_changes(sampler, net.sampler_)
     if sampler.members_per_chain() != net.layout_.members_per_chain:
-        raise ValueError(f"{continuing_call()} cannot continue chains of {net.layout_.members_per_chain} member(s) with a "
-                         f"sampler of {sampler.members_per_chain()}; call fit() (with warm_start=False) to start new "
-                         "chains.")
+        raise ValueError(f"{continuing_call()} cannot continue chains of {net.layout_.members_per_chain} member(s) "
+                         f"with a sampler of {sampler.members_per_chain()}; call fit() (with warm_start=False) to "
+                         "start new chains.")
     sampler = sampler.configure(net.plan_)
     # the prior under the new settings, before anything changes (a refused call leaves the fit as it was): a new
     # prior_scale, or "auto" resolved anew when the sampler's temperature moves it to another prior (the fan-in

@@ -463,7 +463,8 @@ class Sampler(BaseEstimator):
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """The step size for a largest preconditioned curvature ``curvature`` and the gradient's mini-batch noise
-        ``noise_fraction`` (its variance in preconditioned units; None: full-data gradients), per member. Samplers that warm up override it."""
+        ``noise_fraction`` (its variance in preconditioned units; None: full-data gradients), per member. Samplers
+        that warm up override it."""
         raise NotImplementedError(f"{self.name} has no warm-up rule for its step size.")
 
     def _stable_and_cool(self, curvature: Tensor, noise_fraction: Tensor | None, noise_budget: float) -> Tensor:

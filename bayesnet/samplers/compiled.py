@@ -13,7 +13,8 @@ Triton kernel per fused group, instead of dozens of small eager launches), the g
   damped baoab chain, or eqn's walkers preconditioned by each other's spread, part from the eager ones once
   rounding flips a ReLU unit, as any two machines' would).
 * **Once per fit.** The function is compiled at its first call (about 3-15 s on a CPU; each new batch shape, such
-  as the batches one row shorter when an epoch's rows do not divide evenly, compiles once more) and reused for every later step; the time is reported.
+  as the batches one row shorter when an epoch's rows do not divide evenly, compiles once more) and reused for
+  every later step; the time is reported.
 * **Eager fallback.** Where compilation is unavailable or fails (no C++ compiler, an operation the compiler
   cannot trace), the first call warns once and the same pure function runs eagerly from then on, with the same
   noise, so the run does not stop (its draws agree with the eager kernel's up to float rounding: the pure form
