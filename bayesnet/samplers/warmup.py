@@ -52,12 +52,15 @@ Guards, so that no chain is lost to a bad estimate:
   times the member's median, a non-finite one keeps its previous mass, and a member with no valid entry keeps
   its previous mass (or unit mass); a non-finite curvature keeps the previous step size;
 - every ``guard_every`` steps, a member whose potential or position went non-finite, whose kinetic
-  temperature ran above ``GUARD_HEAT`` times its target, or whose potential rose above its fallback's by
+  temperature ran above ``GUARD_HEAT`` times its target while its energy (potential plus kinetic) did not stay
+  below its fallback's potential (a chain descending from far above its typical set turns the potential it loses
+  into heat; one diverging gains energy: :func:`_descending`), or whose potential rose above its fallback's by
   ``RISE`` (100) times the fallback's size plus ``D`` times the temperature (a kernel without momenta shows a
   divergence no other way), is put back to its fallback with half its step size and fresh momenta
   (:func:`guard`); its window's moments do not set its mass. The fallback is
-  the position at the last check where the member ran cool, once the next step's potential (the position's own,
-  for the kernels that report the potential they moved from) is finite and has not risen so (:func:`_confirm`);
+  the position at the last check where the member ran cool, or descended below the fallback's potential, once the
+  next step's potential (the position's own, for the kernels that report the potential they moved from) is finite
+  and has not risen so (:func:`_confirm`);
 - a member restarted in the final window, or whose final window ran hot, freezes at half the step it tried
   there, and the warm-up reports that it did not settle (the estimators raise a ``ConvergenceWarning`` that
   names ``burn_in``), as it does for a warm-up shorter than ``MIN_SETTLED`` steps.
@@ -387,13 +390,23 @@ def _too_hot(warm: WarmUp, n_coordinates: int, shape) -> Tensor | None:
     mean = warm.window_heat / warm.window_heat_count
     tolerance = HOT + 2.0 * math.sqrt(2.0 / max(n_coordinates, 1))
     hot = mean > 1.0 + tolerance
-    sums, counts = warm.window_potential, warm.window_potential_count
-    if sums is not None and min(counts) > 0:
+    descending = _window_descending(warm, n_coordinates)
+    if descending is not None:
         # a chain still descending to its typical set runs warm while the friction removes the potential energy
-        # it loses (by more than the potential's equilibrium spread, sqrt(D/2) at unit temperature): not hot
-        drop = sums[0] / counts[0] - sums[1] / counts[1]
-        hot = hot & ~(drop > math.sqrt(max(n_coordinates, 1) / 2.0) * warm.temperature)
+        # it loses: not hot
+        hot = hot & ~descending
     return hot.reshape(shape) if len(shape) else hot.any().reshape(())
+
+
+def _window_descending(warm: WarmUp, n_coordinates: int) -> Tensor | None:
+    """Per member, whether the window's potential fell from its first half to its second by more than the
+    potential's equilibrium spread (``sqrt(D / 2)`` times the temperature): a chain still on its way to its typical
+    set (None when the window measured no potential in one of its halves)."""
+    sums, counts = warm.window_potential, warm.window_potential_count
+    if sums is None or min(counts) == 0:
+        return None
+    drop = sums[0] / counts[0] - sums[1] / counts[1]
+    return drop > math.sqrt(max(n_coordinates, 1) / 2.0) * warm.temperature
 
 
 #: mini-batches the step size is measured on at a window's end: the last ones the chain saw
@@ -488,8 +501,8 @@ def _set_step_size(sampler, state, potential, batch) -> None:
     lam = _curvature_at_spots(warm, potential, batch, state, pre.inverse_mass, transform, lam, vector)
     lam = _typical_curvature(warm, potential, lam)
     warm.curvature, warm.noise_fraction = lam, rho
-    new = sampler.warmup_step_size(lam.to(pre.step_size.dtype),
-                                   None if rho is None else rho.to(pre.step_size.dtype))
+    lam = lam.to(pre.step_size.dtype)
+    new = sampler.warmup_step_size(lam, None if rho is None else rho.to(pre.step_size.dtype))
     new = torch.where(torch.isfinite(new) & (new > 0), new, pre.step_size)
     hot = _too_hot(warm, _coordinates(state), new.shape)
     if hot is not None and not sampler.tunes_step_on_acceptance:  # a window that ran hot: half its step at most
@@ -525,6 +538,28 @@ RISE = 100.0
 GUARD_HEAT = 5.0
 
 
+def _descending(warm: WarmUp, state, info, t: Tensor, target: float) -> Tensor | None:
+    """Per member, whether a chain's energy, potential plus kinetic (``u + D t / 2``), lies below its fallback's
+    potential plus ``D`` times the target temperature: a chain descending from far above its typical set (None
+    where the potentials are not per member or no fallback's is known).
+
+    Such a chain turns the potential energy it loses into heat, which the friction then removes: its kinetic
+    temperature runs far above the target (hundreds of times, started 50 posterior sd from the mode), while its
+    energy falls. An unstable step heats a chain by feeding its energy, which then grows beyond its fallback's
+    (a chain hot by ``GUARD_HEAT`` has a kinetic energy of ``2.5 D T`` already). Measured, 4-D Gaussian target
+    started 50 sd out, full batch: without this test, the heat of the descent put baoab's, sgnht's, sghmc's and
+    hmc's chains back at their start at every check (61-320 restarts), their steps halved each time; after the
+    warm-up the means were 0.015-0.19 against 1.0, reported settled. The slack of ``D T`` over the fallback's
+    potential covers its kinetic energy, about ``D T / 2`` at a cool check, and the batches' noise."""
+    u = info.potential.detach().reshape(-1).double()
+    S = state.layout.n_members or 1
+    if warm.backup_potential is None or u.numel() != S or t.numel() != S:
+        return None
+    D = _coordinates(state)
+    energy = u + 0.5 * D * t
+    return torch.isfinite(warm.backup_potential) & (energy < warm.backup_potential + D * target)
+
+
 @torch.no_grad()
 def guard(sampler, state, info, potential, batch) -> None:
     """The warm-up's safety net: every ``guard_every`` steps, a member that went non-finite or hot (the step
@@ -554,9 +589,13 @@ def guard(sampler, state, info, potential, batch) -> None:
         # a mean of D squares fluctuates by sqrt(2/D) about its target: a small network's chain passes 5x on
         # chance alone at a single step, so the thresholds widen by that fluctuation (a few per cent for D ~ 1000)
         spread = math.sqrt(2.0 / _coordinates(state))
-        warm.bad = (warm.bad | (mean > (GUARD_HEAT + 5.0 * spread) * target)
-                    | (t > (GUARD_HEAT + 10.0 * spread) * target))
+        hot = (mean > (GUARD_HEAT + 5.0 * spread) * target) | (t > (GUARD_HEAT + 10.0 * spread) * target)
         warm_ok = _per_member(mean <= (BACKUP_HEAT + 2.0 * spread) * target, S)
+        falling = _descending(warm, state, info, t, target)
+        if falling is not None:  # a descending chain is not diverging, and where it now is will do as a fallback
+            hot = hot & ~falling
+            warm_ok = warm_ok | (falling & (info.potential.detach().reshape(-1).double() < warm.backup_potential))
+        warm.bad = warm.bad | hot
     u = info.potential.detach().reshape(-1)
     if warm.backup_potential is not None and u.numel() == S:
         warm.bad = warm.bad | _risen(warm, state, u.double())
@@ -575,8 +614,8 @@ def guard(sampler, state, info, potential, batch) -> None:
     # fresh momenta for the restarted members; drawn at every check, so that no chain's stream depends on
     # whether another chain was restarted
     sampler.redraw_momenta(state, member_bad if any_bad else torch.zeros_like(member_bad))
-    # the new fallback: the members that ran cool over the interval (a chain on its way out may not be hot yet),
-    # once the next step has confirmed it (_confirm)
+    # the new fallback: the members that ran cool over the interval (a chain on its way out may not be hot yet), or
+    # that descended below their fallback's potential, once the next step has confirmed it (_confirm)
     warm.candidate = [p.detach().clone() for p in state.position]
     warm.candidate_members = warm_ok & ~member_bad
     warm.heat, warm.heat_count, warm.bad = None, 0, None
