@@ -583,3 +583,63 @@ def test_far_start_has_power(name, monkeypatch):
     report, err = _far_start(name)
     assert err["mean_err"] > 10 * (err["mean_tol"] + WARM_ALLOWANCE)
 
+
+def _far_minibatch(name, warm=2000, steps=4000, C=4):
+    """A linear regression (500 rows, 3 features and an intercept, known noise sd 0.5, N(0, 1) prior: a Gaussian
+    posterior of sd about 0.02) by :class:`~bayesnet.posterior.ChainPosterior` on mini-batches of 50, ``C`` chains of
+    ``name`` at its defaults started at N(0, 1) draws, 40-100 posterior sd from the mode. The warm-up's report and
+    the moment errors of the draws kept every 5th step after the warm-up."""
+    from torch import nn
+    from bayesnet.posterior import ChainPosterior
+    from bayesnet.priors import GaussianPrior
+
+    dt, N, D, sig, B = torch.float64, 500, 3, 0.5, 50
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(N, D, generator=g, dtype=dt) @ torch.tensor([[1.0, 0.5, 0], [0, 1, 0.3], [0, 0, 1]], dtype=dt)
+    y = X @ torch.tensor([1.0, -2.0, 0.5], dtype=dt) + 0.3 + sig * torch.randn(N, generator=g, dtype=dt)
+    Xa = torch.cat([X, torch.ones(N, 1, dtype=dt)], 1)
+    cov = torch.linalg.inv(Xa.T @ Xa / sig ** 2 + torch.eye(D + 1, dtype=dt))
+    mean = cov @ (Xa.T @ y) / sig ** 2
+
+    class KnownNoise(nn.Module):
+        def forward(self, out, target):
+            return (-0.5 * ((out.squeeze(-1) - target) / sig) ** 2).sum()
+
+        def log_prior(self):
+            return torch.zeros(())
+
+    sampler = make_sampler(name, adaptation_steps=warm)
+    S = C * sampler.members_per_chain()
+    members = [[torch.randn(1, D, generator=g, dtype=dt), torch.randn(1, generator=g, dtype=dt)] for _ in range(S)]
+    post = ChainPosterior(nn.Linear(D, 1).to(dt), KnownNoise(), GaussianPrior(1.0), N, members)
+    state = sampler.init(post.parameters, 0, n_chains=C)
+    order, at, kept = torch.randperm(N, generator=g), 0, []
+    for k in range(1, warm + steps + 1):
+        if at + B > N:
+            order, at = torch.randperm(N, generator=g), 0
+        rows = order[at:at + B]
+        at += B
+        state, info = sampler.step(state, post, (X[rows], y[rows]))
+        if k == warm:
+            report = state.warmup_report
+        if k > warm and k % 5 == 0:
+            kept.append(torch.cat([p.detach().reshape(S, -1) for p in post.parameters], 1).numpy().copy())
+    return report, moment_errors(np.stack(kept, 1), mean.numpy(), cov.numpy())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sgld", "sghmc", "baoab"])
+def test_mini_batch_chains_started_far_from_the_mode_reach_it(name):
+    """The same user's second test: on mini-batches, far from the mode the gradients' noise is hundreds of times
+    its size at the mode (the residuals are), and a step kept cool there crawled: after a 2,000-step warm-up the
+    chains had barely moved, the mass estimated from their crawl was off by up to 500x, R-hat 7-27 (means 40-120
+    sd off), reported settled. Now the initial window, and any later one whose chain was still descending, runs at
+    the stable step whatever the noise (the final window's step, which the kept draws use, keeps the full rule):
+    sgld's, sghmc's and baoab's draws keep the posterior's moments. (sgnht's explicit thermostat still diverges
+    there, its thermostat's friction times the step above 2: its chains reach the mode after restarts at a full
+    batch, not at this one: the note on issue 13.)"""
+    report, err = _far_minibatch(name)
+    print(name, report["restarts"], {k: round(float(v), 4) for k, v in err.items()})
+    assert err["ess"] > 10
+    assert err["mean_err"] <= err["mean_tol"] + WARM_ALLOWANCE
+    assert err["cov_err"] <= err["cov_tol"] + WARM_ALLOWANCE
