@@ -167,7 +167,7 @@ def _fitted_params(est) -> dict:
     ``n_draws=0``). Warns (UserWarning) naming those settings."""
     from .estimators.run import _same, user_stacklevel
 
-    now = est.get_params(deep=False)
+    now = est._all_params(deep=False)
     fitted = vars(est).get("fit_params_")
     if not isinstance(fitted, dict):
         return now
@@ -197,8 +197,10 @@ def _params(obj, enc: _Encoder, key: str, params: dict | None = None) -> dict:
     out; any other value that is not data refuses the save."""
     from .samplers import Sampler
 
-    params = obj.get_params(deep=False) if params is None else params
-    defaults = type(obj)().get_params(deep=False) if hasattr(type(obj), "_get_param_names") else {}
+    full = getattr(obj, "_all_params", obj.get_params)
+    params = full(deep=False) if params is None else params
+    defaults = getattr(type(obj)(), "_all_params", type(obj)().get_params)(deep=False) \
+        if hasattr(type(obj), "_get_param_names") else {}
     sampler = params.get("sampler")
     if isinstance(sampler, Sampler):  # an instance: saved by name with its hyperparameters as sampler__*
         # (settings given as sampler__* keywords override the instance's, as when it was fitted)
@@ -734,7 +736,7 @@ def _build_estimator(spec: dict, tensors):
     est.sampler_state_ = None
     est.shards_ = None  # (the draws of every process are in trace_; the chains are not continued)
     est.loaded_ = True
-    est.fit_params_ = est.get_params(deep=False)  # (the settings its draws were fitted with, as for a fit)
+    est.fit_params_ = est._all_params(deep=False)  # (the settings its draws were fitted with, as for a fit)
     return est
 
 

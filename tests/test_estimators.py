@@ -1047,3 +1047,28 @@ def test_no_small_remainder_batch_heats_the_chain():
         est = BayesianMLPRegressor(random_state=3).fit(X, y)
     sd = float(est.summary().loc["noise_std", "mean"])
     assert sd < 0.25, sd
+
+
+def test_the_repr_shows_the_settings_a_user_made():
+    """Before: ``repr`` was skorch's, ``<class '...BayesianMLPClassifier'>[uninitialized](module=None,)`` whatever the
+    settings, and inside a pipeline scikit-learn's printer listed 14 keys of skorch's plumbing as set
+    (``iterator_train=<class ...PlannedBatches>``, ``module=None``, ...). Now both show the parameters set away from
+    their defaults, as for scikit-learn's estimators, and the plumbing stays out of ``get_params(deep=False)``
+    (clone's input) only while it holds its default."""
+    from bayesnet import BayesianCNNClassifier
+
+    assert repr(BayesianMLPClassifier()) == "BayesianMLPClassifier()"
+    assert repr(BayesianMLPClassifier(n_chains=4, sampler="sgld")) == "BayesianMLPClassifier(n_chains=4, sampler='sgld')"
+    assert repr(BayesianCNNClassifier(input_shape=(1, 8, 8))) == "BayesianCNNClassifier(input_shape=(1, 8, 8))"
+    assert repr(BayesianMLPClassifier(compile=False)) == "BayesianMLPClassifier(compile=False)"
+    long = repr(BayesianMLPRegressor(hidden_layer_sizes=(50, 50), burn_in=3000, random_state=0, n_chains=4, verbose=1))
+    assert long.splitlines()[1] == " " * len("BayesianMLPRegressor(") + "hidden_layer_sizes=(50, 50),", long
+    pipe = repr(make_pipeline(StandardScaler(), BayesianMLPClassifier(n_chains=4)))
+    assert "BayesianMLPClassifier(n_chains=4)" in pipe and "module" not in pipe and "iterator" not in pipe, pipe
+    est = BayesianMLPClassifier(compile=False, warm_start=True)
+    assert {"compile", "warm_start"} <= set(est.get_params(deep=False))
+    assert "module" not in est.get_params(deep=False) and "module" in est.get_params(deep=True)
+    twin = clone(est)
+    assert twin.get_params(deep=True).keys() == est.get_params(deep=True).keys()
+    assert all(repr(twin.get_params()[k]) == repr(v) for k, v in est.get_params().items()
+               if not k.startswith("callbacks__"))  # (skorch's default callbacks: fresh instances)

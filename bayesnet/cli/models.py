@@ -138,7 +138,7 @@ def _fit_settings(args) -> dict:
     # documents, such as compile)
     documented = [name for name in inspect.signature(cls.__init__).parameters if name not in ("self", "kwargs")]
     documented += [name for name in cls._parameter_constraints if name not in documented]
-    settable = [name for name in cls().get_params(deep=False) if name in documented]
+    settable = [name for name in cls()._all_params(deep=False) if name in documented]
     for key, spelled in given.items():
         if key.startswith("sampler__"):
             name = key[len("sampler__"):]

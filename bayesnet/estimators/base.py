@@ -84,6 +84,40 @@ def parse_device(device) -> torch.device | None:
     return dev
 
 
+#: per estimator class, the parameters of an instance built with no arguments (:func:`_default_params`)
+_DEFAULT_PARAMS: dict = {}
+#: skorch's parameters outside the concrete estimators' signatures (passed on through ``**kwargs``: skorch's plumbing,
+#: which the estimators set or refuse, and callbacks, warm_start, compile)
+_PLUMBING = frozenset({"module", "criterion", "optimizer", "lr", "iterator_train", "iterator_valid", "dataset",
+                       "train_split", "predict_nonlinearity", "use_caching", "torch_load_kwargs", "compile",
+                       "warm_start", "callbacks"})
+
+
+def _default_params(cls) -> dict:
+    """The parameters (``_all_params(deep=False)``: every key) of a ``cls`` built with no arguments, cached."""
+    defaults = _DEFAULT_PARAMS.get(cls)
+    if defaults is None:
+        _DEFAULT_PARAMS[cls] = {}  # (while building: the instance's own get_params filters against nothing)
+        try:
+            defaults = cls()._all_params(deep=False)
+        except Exception:  # (a class whose parameters have no defaults: compare against nothing)
+            defaults = {}
+        _DEFAULT_PARAMS[cls] = defaults
+    return defaults
+
+
+def _same_value(value, default) -> bool:
+    """Whether a parameter holds its default, by identity, equality or, as scikit-learn's printer decides, repr."""
+    if value is default:
+        return True
+    try:
+        if bool(value == default):
+            return True
+    except Exception:  # (arrays, tensors: ambiguous truth values)
+        pass
+    return repr(value) == repr(default)
+
+
 class BayesianNeuralNet(ResultsMixin, NeuralNet):
     """Base class of the Bayesian estimators; see the concrete classes for parameters.
 
@@ -154,6 +188,23 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     #: the constraints of the parameters a head (a regressor's noise prior) adds to the architecture's
     _head_constraints: dict = {}
 
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        """scikit-learn's repr: the class and the parameters set away from their defaults, e.g.
+        ``BayesianMLPClassifier(n_chains=4, sampler='sgld')``. (skorch's showed ``[uninitialized](module=None)``,
+        and scikit-learn's own printer would list skorch's plumbing, ``iterator_train=...``, ``module=None``, as
+        set: it is not in the signature.) The defaults are those of an estimator built with no arguments."""
+        defaults = _default_params(type(self))
+        changed = []
+        for name, value in sorted(self.get_params(deep=False).items()):
+            if name in defaults and _same_value(value, defaults[name]):
+                continue
+            changed.append(f"{name}={value!r}")
+        name = type(self).__name__
+        text = f"{name}({', '.join(changed)})"
+        if len(text) > 79:  # one parameter per line, aligned after the name (as scikit-learn wraps)
+            text = f"{name}(" + (",\n" + " " * (len(name) + 1)).join(changed) + ")"
+        return text if len(text) <= N_CHAR_MAX else text[:N_CHAR_MAX - 4] + " ...)"
+
     def _get_param_names(self):
         # skorch lists every public attribute; keep private ones out of get_params.
         return [k for k in super()._get_param_names() if not k.startswith("_")]
@@ -163,6 +214,17 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         overrides the instance's own value in the fit (:func:`~bayesnet.samplers.make_sampler`), and is what is
         reported for that name (before: the instance's value was reported, the other one fitted, so a search
         showed settings it had not used)."""
+        params = self._all_params(deep=deep, **kwargs)
+        if not deep:  # skorch's plumbing that holds its default (module=None, iterator_train=...): not a setting,
+            # and scikit-learn's printer shows every key outside the signature as set (a pipeline's repr listed 14)
+            defaults = _default_params(type(self))
+            params = {k: v for k, v in params.items()
+                      if k not in _PLUMBING or k not in defaults or not _same_value(v, defaults[k])}
+        return params
+
+    def _all_params(self, deep=False, **kwargs) -> dict:
+        """:meth:`get_params` with every key, the plumbing at its default too (what saving, a continued fit and the
+        parallel groups compare)."""
         params = super().get_params(deep=deep, **kwargs)
         if deep:
             params.update({k: v for k, v in vars(self).items() if k.startswith("sampler__")})

@@ -111,8 +111,8 @@ def fit_groups(net, X, y, classes) -> None:
         resuming = [i for i, shard in enumerate(net.shards_) if shard.fit_status_.get("status") == "interrupted"]
         changes = []
         for shard in net.shards_:  # only what changed: skorch re-initialises the module on some settings
-            mine = shard.get_params(deep=False)
-            changes.append({k: (v, mine.get(k)) for k, v in net.get_params(deep=False).items()
+            mine = shard._all_params(deep=False)
+            changes.append({k: (v, mine.get(k)) for k, v in net._all_params(deep=False).items()
                             if k not in ("n_chains", "n_jobs", "verbose", "callbacks") and not _same(v, mine.get(k))})
         if any(changes):  # a setting a group's sampler state is built on: refused before any group changes
             from ..samplers import make_sampler
@@ -187,7 +187,7 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
                  "data_fingerprint_", "check_rows_", "_new_data_at"):
         if attr in vars(first):
             setattr(net, attr, getattr(first, attr))
-    net.fit_params_ = net.get_params(deep=False)  # (the groups' own are theirs: their n_chains, n_jobs=None)
+    net.fit_params_ = net._all_params(deep=False)  # (the groups' own are theirs: their n_chains, n_jobs=None)
     with net._current_init_context("module"):
         net.module_ = first.module_
     with net._current_init_context("criterion"):

@@ -311,7 +311,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     net.divergence_state_ = None
     net._new_data_at = None
     net.fit_status_ = {"status": "running", "diverged_chains": {}, "stopped_by": None}
-    net.fit_params_ = {k: v for k, v in net.get_params(deep=False).items()}
+    net.fit_params_ = {k: v for k, v in net._all_params(deep=False).items()}
     net.data_fingerprint_ = fingerprint(X, y)
     check_rows(net, X, y)
     net.n_train_ = n_data
@@ -410,7 +410,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         setting the sampler's state is built on (:attr:`~bayesnet.samplers.Sampler.state_settings`), or a
         sampler whose chain layout changed.
     """
-    now = net.get_params(deep=False)
+    now = net._all_params(deep=False)
     old = net.fit_params_
     changed = {k for k in now if k in old and not _same(now[k], old[k]) and not k.startswith("sampler__")
                and not k.startswith(("iterator_", "callbacks__", "compile__"))}
