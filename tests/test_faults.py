@@ -538,8 +538,10 @@ def test_a_target_near_float64s_limit_is_standardised_without_overflow(iris):
     mean, lower, upper = huge.predict(X[:, :3], return_interval=True)
     assert np.isfinite(huge.y_scale_).all() and np.isfinite(lower).all() and np.isfinite(upper).all()
     np.testing.assert_allclose(mean / 1e300, ordinary.predict(X[:, :3]), rtol=1e-4)
-    # both signs at the limit: the differences from the mean overflow too (the reviewer's -inf target)
-    y = np.where(X[:, 3] > 0, 1.7e308, -1.7e308)
+    # both signs near the limit: the differences from the mean overflow too (the reviewer's -inf target); at 1e308,
+    # not 1.7e308, so that a prediction 6 % beyond the training targets is not beyond float64 (a fit whose draws
+    # overshoot by that much, as one of the warm-up's did, predicted inf for those rows: a fit, not a moment, out)
+    y = np.where(X[:, 3] > 0, 1e308, -1e308)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         extreme = BayesianMLPRegressor(**kw).fit(X[:, :3], y)
