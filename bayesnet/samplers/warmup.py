@@ -509,8 +509,8 @@ def _set_step_size(sampler, state, potential, batch) -> None:
     new = sampler.warmup_step_size(lam, None if rho is None else rho.to(pre.step_size.dtype))
     # (at the start, before any window: the initial window is where a chain descends from its start, Stan's
     # "initial fast interval")
-    descending = torch.ones((), dtype=torch.bool) if not warm.history else _window_descending(warm,
-                                                                                             _coordinates(state))
+    descending = torch.ones((), dtype=torch.bool, device=new.device) if not warm.history \
+        else _window_descending(warm, _coordinates(state))
     if rho is not None and descending is not None and len(warm.ends) >= 2 and state.step != warm.ends[-2]:
         # a member still descending to its typical set gets the stable step whatever the gradient's noise, until
         # the final window's start (whose step is frozen, and is set by the full rule): far from the typical set
@@ -519,8 +519,9 @@ def _set_step_size(sampler, state, potential, batch) -> None:
         # 50, started 50 posterior sd out, sgld's step held at 0.002 and R-hat 15 after 2,000 warm-up steps). The
         # window runs hot; the next, nearer the typical set, measures a smaller noise
         stable = sampler.warmup_step_size(lam, None)
-        if descending.numel() != new.numel():
-            descending = descending.all().expand(new.shape)
+        if descending.numel() != new.numel():  # (a step per chain, members packed chain major; or one step)
+            descending = descending.reshape(new.numel(), -1).all(1) if descending.numel() % new.numel() == 0 \
+                else descending.all().expand(new.shape)
         new = torch.where(descending.reshape(new.shape), stable, new)
     new = torch.where(torch.isfinite(new) & (new > 0), new, pre.step_size)
     hot = _too_hot(warm, _coordinates(state), new.shape)
