@@ -62,8 +62,8 @@ Guards, so that no chain is lost to a bad estimate:
   ``RISE`` (100) times the fallback's size plus ``D`` times the temperature (a kernel without momenta shows a
   divergence no other way), is put back to its fallback with half its step size and fresh momenta
   (:func:`guard`); its window's moments do not set its mass. The fallback is
-  the position at the last check where the member ran cool, or descended below the fallback's potential, once the
-  next step's potential (the position's own, for the kernels that report the potential they moved from) is finite
+  the position at the last check where the member ran cool, or where it was descending and its mean potential over
+  the interval was below the fallback's by the potential's equilibrium spread, once the next step's potential (the position's own, for the kernels that report the potential they moved from) is finite
   and has not risen so (:func:`_confirm`);
 - a member restarted in the final window, or whose final window ran hot, freezes at half the step it tried
   there, and the warm-up reports that it did not settle (the estimators raise a ``ConvergenceWarning`` that
@@ -227,6 +227,7 @@ class WarmUp:
     heat_count: int = 0
     bad: Tensor | None = None
     pending: list | None = None  # this interval's (second half?, potential, kinetic temperature) per step
+    interval_potential: Tensor | None = None  # per member: the mean potential over the last interval (float64)
     n_restarts: int = 0
     window_restarts: int = 0
     restarted: Tensor | None = None  # per member: restarted in the current window
@@ -552,9 +553,10 @@ def _set_step_size(sampler, state, potential, batch) -> None:
 RISE = 100.0
 
 #: a member whose kinetic temperature averages above this multiple of its target over a guard interval, or ends it
-#: above it (or whose potential or position is not finite), is put back and its step size halved. A chain far from
-#: its typical set heats while its excess potential energy turns kinetic and the friction removes it (a few times
-#: its target); an unstable step heats it exponentially, past this within a few steps
+#: above it while its energy is not falling (:func:`_descending`), or whose potential or position is not finite, is put
+#: back and its step size halved. A chain far from its typical set heats while its excess potential energy turns
+#: kinetic and the friction removes it (hundreds of times its target, started 50 sd out); an unstable step heats it
+#: exponentially, past this within a few steps, and feeds its energy
 GUARD_HEAT = 5.0
 
 
@@ -613,8 +615,13 @@ def guard(sampler, state, info, potential, batch) -> None:
         warm_ok = _per_member(mean <= (BACKUP_HEAT + 2.0 * spread) * target, S)
         falling = _descending(warm, state, info, t, target)
         if falling is not None:  # a descending chain is not diverging, and where it now is will do as a fallback
-            hot = hot & ~falling
-            warm_ok = warm_ok | (falling & (info.potential.detach().reshape(-1).double() < warm.backup_potential))
+            hot = hot & ~falling  # once its potential over the interval, on average (one step's estimate is a
+            # mini-batch's: a reviewer's test with noise of sd 200 in a 4-D potential renewed a fallback 57 sd out
+            # on one low estimate), fell below the fallback's by the potential's equilibrium spread
+            below = warm.backup_potential - math.sqrt(_coordinates(state) / 2.0) * target
+            mean_u = warm.interval_potential
+            if mean_u is not None and mean_u.numel() == S:
+                warm_ok = warm_ok | (falling & (mean_u < below))
         warm.bad = warm.bad | hot
     u = info.potential.detach().reshape(-1)
     if warm.backup_potential is not None and u.numel() == S:
@@ -635,7 +642,7 @@ def guard(sampler, state, info, potential, batch) -> None:
     # whether another chain was restarted
     sampler.redraw_momenta(state, member_bad if any_bad else torch.zeros_like(member_bad))
     # the new fallback: the members that ran cool over the interval (a chain on its way out may not be hot yet), or
-    # that descended below their fallback's potential, once the next step has confirmed it (_confirm)
+    # that descended below their fallback's potential on average, once the next step has confirmed it (_confirm)
     warm.candidate = [p.detach().clone() for p in state.position]
     warm.candidate_members = warm_ok & ~member_bad
     warm.heat, warm.heat_count, warm.bad = None, 0, None
@@ -727,6 +734,7 @@ def _take_interval(warm: WarmUp, target: float) -> None:
     u = torch.stack([v.reshape(-1) for _, v, _ in pending]).double()  # (steps, S)
     bad = ~torch.isfinite(u).all(0)
     u = torch.nan_to_num(u, nan=0.0, posinf=1e300, neginf=-1e300)
+    warm.interval_potential = u.mean(0)
     if warm.window_potential is None:
         warm.window_potential = [torch.zeros_like(u[0]), torch.zeros_like(u[0])]
         warm.window_potential_count = [0, 0]
