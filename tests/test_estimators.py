@@ -1058,7 +1058,8 @@ def test_the_repr_shows_the_settings_a_user_made():
     from bayesnet import BayesianCNNClassifier
 
     assert repr(BayesianMLPClassifier()) == "BayesianMLPClassifier()"
-    assert repr(BayesianMLPClassifier(n_chains=4, sampler="sgld")) == "BayesianMLPClassifier(n_chains=4, sampler='sgld')"
+    assert (repr(BayesianMLPClassifier(n_chains=4, sampler="sgld"))
+            == "BayesianMLPClassifier(n_chains=4, sampler='sgld')")
     assert repr(BayesianCNNClassifier(input_shape=(1, 8, 8))) == "BayesianCNNClassifier(input_shape=(1, 8, 8))"
     assert repr(BayesianMLPClassifier(compile=False)) == "BayesianMLPClassifier(compile=False)"
     long = repr(BayesianMLPRegressor(hidden_layer_sizes=(50, 50), burn_in=3000, random_state=0, n_chains=4, verbose=1))

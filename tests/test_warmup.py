@@ -645,15 +645,16 @@ def test_mini_batch_chains_started_far_from_the_mode_reach_it(name):
     assert err["cov_err"] <= err["cov_tol"] + WARM_ALLOWANCE
 
 
-def _unstable(name, factor=10.0, warm=400, after=200, C=8):
-    """``C`` chains of ``name`` on a 4-D standard Gaussian, started at exact draws, whose warm-up's every step is
-    ``factor`` times the one its rule gives (unstable for every kernel): the report and the positions at the end."""
+def _unstable(name, factor=10.0, warm=400, after=200, C=8, start=0.0):
+    """``C`` chains of ``name`` on a 4-D standard Gaussian, started at exact draws (plus ``start``), whose warm-up's
+    every step is ``factor`` times the one its rule gives (unstable for every kernel): the report and the positions
+    at the end."""
     sampler = make_sampler(name, adaptation_steps=warm)
     rule = sampler.warmup_step_size
     sampler.warmup_step_size = lambda lam, rho: factor * rule(lam, rho)
     g = torch.Generator().manual_seed(1)
     pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1),
-                            [torch.randn(C * sampler.members_per_chain(), 4, generator=g, dtype=torch.float64)])
+                            [start + torch.randn(C * sampler.members_per_chain(), 4, generator=g, dtype=torch.float64)])
     state = sampler.init(pot.parameters, 0, n_chains=C)
     for k in range(1, warm + after + 1):
         state, _ = sampler.step(state, pot, None)
@@ -681,3 +682,13 @@ def test_unstable_steps_have_power(monkeypatch):
     monkeypatch.setattr(warmup_module, "_per_member_reduce", lambda values, layout, fn: torch.zeros(8, dtype=bool))
     report, x = _unstable("baoab")
     assert report["settled"] and not (torch.isfinite(x).all() and x.abs().max() < 10.0)
+
+
+def test_chains_all_frozen_far_out_have_not_settled():
+    """The reviewer's second case: sghmc chains started 50 sd out whose every window's step is 3x the rule's are
+    restarted until all of them freeze at steps near 0, 39 sd out; judged only against the members' median, none
+    was stuck and the report said settled. Now a member frozen below ``STUCK_STEP_RATIO`` of the step its curvature
+    gives has not settled either (this test fails on the old code)."""
+    report, x = _unstable("sghmc", factor=3.0, start=50.0)
+    assert float(x.abs().max()) > 10.0  # (the case: still far out)
+    assert not report["settled"] and "the step their curvature gives" in report["reason"], report["reason"]

@@ -63,11 +63,13 @@ Guards, so that no chain is lost to a bad estimate:
   divergence no other way), is put back to its fallback with half its step size and fresh momenta
   (:func:`guard`); its window's moments do not set its mass. The fallback is
   the position at the last check where the member ran cool, or where it was descending and its mean potential over
-  the interval was below the fallback's by the potential's equilibrium spread, once the next step's potential (the position's own, for the kernels that report the potential they moved from) is finite
-  and has not risen so (:func:`_confirm`);
+  the interval was below the fallback's by the potential's equilibrium spread, once the next step's potential (the
+  position's own, for the kernels that report the potential they moved from) is finite and has not risen so
+  (:func:`_confirm`);
 - a member restarted in the final window, or whose final window ran hot, freezes at half the step it tried
   there, and the warm-up reports that it did not settle (the estimators raise a ``ConvergenceWarning`` that
-  names ``burn_in``), as it does for a warm-up shorter than ``MIN_SETTLED`` steps.
+  names ``burn_in``), as it does for a warm-up shorter than ``MIN_SETTLED`` steps and for members frozen at a
+  step below ``STUCK_STEP_RATIO`` of the members' median or of the step their rule gives.
 
 Every decision is per member, and every random number is drawn from each chain's own stream whether or not it
 is used, so that a chain never depends on the chains beside it.
@@ -96,7 +98,8 @@ MAX_GROWTH = 16.0
 MIN_WINDOW = 20
 #: a warm-up shorter than this many steps has not settled (its last windows are too short to estimate from)
 MIN_SETTLED = 200
-#: a member whose frozen step is below this fraction of the median member's has not settled (:func:`after_step`)
+#: a member whose frozen step is below this fraction of the median member's, or of the step its rule gives for the last
+#: measured curvature, has not settled (:func:`after_step`)
 STUCK_STEP_RATIO = 1e-3
 
 #: the warm-up parameters' docstring, shared by the samplers that take them
@@ -817,10 +820,16 @@ def after_step(sampler, state, potential, batch) -> None:
     sizes = pre.step_size.detach().reshape(-1)
     if warm.adapt_step and sizes.numel() >= 4:
         stuck = int((sizes < STUCK_STEP_RATIO * sizes.median()).sum())
-        settled = settled and stuck == 0
+    # or frozen at a step below that fraction of the one their curvature gives (the rule, uncapped, at the final
+    # window's start): all members together too, or the one chain (a reviewer's test: sghmc chains started 50 sd
+    # out with a step 3x the rule's every window were all frozen at steps near 0, 39 sd out, and reported settled)
+    rule = _rule_step(sampler, warm, sizes)
+    if rule is not None:
+        stuck = max(stuck, int((sizes < STUCK_STEP_RATIO * rule).sum()))
+    settled = settled and stuck == 0
     reason = None if settled else (
-        f"{stuck} of {sizes.numel()} members froze at a step below {STUCK_STEP_RATIO:g} of the members' median "
-        "(after repeated restarts: they barely move)" if stuck else
+        f"{stuck} of {sizes.numel()} members froze at a step below {STUCK_STEP_RATIO:g} of the members' median or of "
+        "the step their curvature gives (after repeated restarts: they barely move)" if stuck else
         f"it is too short for its windows to estimate the mass and step size (at least {MIN_SETTLED} steps)"
         if warm.n_steps < MIN_SETTLED else
         f"{warm.window_restarts} restart(s) of an overheating chain in its final window; those chains froze at a "
@@ -837,6 +846,18 @@ def after_step(sampler, state, potential, batch) -> None:
                            "scale_acceptance": None if warm.scale_accepted is None
                            else (warm.scale_accepted / warm.scale_count).detach().cpu()}
     state.warmup = None
+
+
+def _rule_step(sampler, warm: WarmUp, sizes: Tensor) -> Tensor | None:
+    """The step the sampler's rule gives for the last measured curvature and noise, per member like ``sizes`` (None
+    where the step is not set from the curvature, or nothing was measured)."""
+    if not warm.adapt_step or sampler.tunes_step_on_acceptance or warm.curvature is None:
+        return None
+    noise = None if warm.noise_fraction is None else warm.noise_fraction.to(sizes.dtype)
+    rule = sampler.warmup_step_size(warm.curvature.to(sizes.dtype), noise).detach().reshape(-1)
+    if rule.numel() != sizes.numel():
+        return None
+    return torch.where(torch.isfinite(rule), rule, torch.zeros_like(rule))
 
 
 #: the sd of a scale move's log factor (about half of the digits MLP's moves accepted)
