@@ -197,10 +197,11 @@ def _params(obj, enc: _Encoder, key: str, params: dict | None = None) -> dict:
     out; any other value that is not data refuses the save."""
     from .samplers import Sampler
 
-    full = getattr(obj, "_all_params", obj.get_params)
-    params = full(deep=False) if params is None else params
-    defaults = getattr(type(obj)(), "_all_params", type(obj)().get_params)(deep=False) \
-        if hasattr(type(obj), "_get_param_names") else {}
+    def every_param(est) -> dict:  # (the estimators' plumbing at its default too: _all_params)
+        return getattr(est, "_all_params", est.get_params)(deep=False)
+
+    params = every_param(obj) if params is None else params
+    defaults = every_param(type(obj)()) if hasattr(type(obj), "_get_param_names") else {}
     sampler = params.get("sampler")
     if isinstance(sampler, Sampler):  # an instance: saved by name with its hyperparameters as sampler__*
         # (settings given as sampler__* keywords override the instance's, as when it was fitted)

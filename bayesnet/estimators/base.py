@@ -25,7 +25,7 @@ import skorch.callbacks
 import skorch.dataset
 from skorch import NeuralNet
 from skorch.callbacks import Callback
-from sklearn.base import clone
+from sklearn.base import BaseEstimator, clone
 from sklearn.utils._param_validation import Interval, Options, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import validate_data
 
@@ -189,21 +189,11 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     _head_constraints: dict = {}
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
-        """scikit-learn's repr: the class and the parameters set away from their defaults, e.g.
-        ``BayesianMLPClassifier(n_chains=4, sampler='sgld')``. (skorch's showed ``[uninitialized](module=None)``,
-        and scikit-learn's own printer would list skorch's plumbing, ``iterator_train=...``, ``module=None``, as
-        set: it is not in the signature.) The defaults are those of an estimator built with no arguments."""
-        defaults = _default_params(type(self))
-        changed = []
-        for name, value in sorted(self.get_params(deep=False).items()):
-            if name in defaults and _same_value(value, defaults[name]):
-                continue
-            changed.append(f"{name}={value!r}")
-        name = type(self).__name__
-        text = f"{name}({', '.join(changed)})"
-        if len(text) > 79:  # one parameter per line, aligned after the name (as scikit-learn wraps)
-            text = f"{name}(" + (",\n" + " " * (len(name) + 1)).join(changed) + ")"
-        return text if len(text) <= N_CHAR_MAX else text[:N_CHAR_MAX - 4] + " ...)"
+        """scikit-learn's repr, by its printer: the class and the parameters set away from their defaults, e.g.
+        ``BayesianMLPClassifier(n_chains=4, sampler='sgld')`` (skorch's, first in the bases, showed
+        ``[uninitialized](module=None)``; the printer reads :meth:`get_params`, which leaves skorch's plumbing out
+        while it holds its defaults)."""
+        return BaseEstimator.__repr__(self, N_CHAR_MAX)
 
     def _get_param_names(self):
         # skorch lists every public attribute; keep private ones out of get_params.
