@@ -267,8 +267,9 @@ def _passes_through(step) -> bool:
 def _transformer_spec(step, enc: _Encoder, key: str) -> dict:
     name = type(step).__name__
     if name not in _transformer_classes():
-        raise TypeError(f"save() writes pipelines of {sorted(_transformer_classes())} and a bayesnet estimator; "
-                        f"{name} is not among them.")
+        known = sorted(set(_transformer_classes()) - {"FunctionTransformer"})
+        raise TypeError(f"save() writes pipelines of {known}, the command line's reshapes (FunctionTransformers of "
+                        f"{sorted(_functions())}) and a bayesnet estimator; {name} is not among them.")
     fitted = {a: enc.value(v, f"{key}.{a}") for a, v in vars(step).items()
               if a.endswith("_") and not a.startswith("_")}
     return {"class": name, "params": _params(step, enc, key), "fitted": fitted}

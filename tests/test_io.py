@@ -339,6 +339,14 @@ def test_what_cannot_be_saved_safely_is_refused(tmp_path):
         from sklearn.linear_model import LogisticRegression
 
         bayesnet.save(LogisticRegression().fit(X, y), tmp_path / "l.bayesnet")
+    # a transformer it cannot write: the message lists what it can, the reshapes as the functions they are (before,
+    # "FunctionTransformer" among the classes, which then refused np.log1p)
+    from sklearn.preprocessing import PolynomialFeatures
+
+    poly = make_pipeline(PolynomialFeatures(), BayesianMLPClassifier((4,), n_draws=3, burn_in=10)).fit(X, y)
+    with pytest.raises(TypeError, match=r"reshapes \(FunctionTransformers of \['bayesnet.cli.oldest_first'") as err:
+        bayesnet.save(poly, tmp_path / "p.bayesnet")
+    assert "PolynomialFeatures is not among them" in str(err.value) and "'FunctionTransformer'" not in str(err.value)
     assert not list(tmp_path.glob("*.tmp-*"))  # a failed save leaves no temporary file
     with pytest.raises(FileNotFoundError, match="no such folder"):  # (before: safetensors' error, naming a .tmp)
         bayesnet.save(pipe[-1], tmp_path / "missing" / "m.bayesnet")

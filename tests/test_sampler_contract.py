@@ -293,3 +293,86 @@ def test_a_summed_potential_of_several_members_is_refused_where_each_members_is_
     if members == 1:  # one value in a 1-element vector still serves (it did before the check)
         pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum().reshape(1), [torch.zeros(5, dtype=torch.float64)])
         sampler.step(sampler.init(pot.parameters, 0), pot, None)
+
+
+# ---------------------------------------------------------------------- #
+# settings changed after init()
+# ---------------------------------------------------------------------- #
+@pytest.mark.parametrize("name", SAMPLERS)
+@pytest.mark.parametrize("how", ["set_params", "attribute"])
+def test_a_step_size_set_after_init_is_the_one_the_next_step_takes(name, how):
+    """An explicit step size set on the sampler after ``init`` (by ``set_params`` or directly) is the step the
+    chains take from their next step on: a step of 1e-12 all but stops them. Before, the state kept the step
+    init had made from the old setting, silently."""
+    sampler, state, positions, _, target = _gaussian_run(name, 4, 20, seed=1)
+    if how == "set_params":
+        sampler.set_params(step_size=1e-12)
+    else:
+        sampler.step_size = 1e-12
+    before = target.potential.parameters[0].detach().clone()
+    for _ in range(5):
+        state, _ = sampler.step(state, target.potential, None)
+    moved = (target.potential.parameters[0] - before).abs().max().item()
+    assert moved < 1e-4, (name, moved)
+    assert torch.all(state.step_size == 1e-12)
+    sampler.set_params(step_size=sampler_settings.GAUSSIAN[name].get("step_size", 0.1))
+    for _ in range(5):
+        state, _ = sampler.step(state, target.potential, None)
+    assert (target.potential.parameters[0] - before).abs().max().item() > 1e-3  # (the power: it moves again)
+
+
+@pytest.mark.parametrize("name", [n for n in SAMPLERS if n != "pt-langevin"])  # (its ladder is max_temperature)
+def test_a_temperature_set_after_init_is_the_one_the_chains_sample_at(name):
+    """Chains started at the tempered posterior's draws run 50 steps at temperature 1, then are set to 0.05: over
+    the second half of the next 3,000 steps their variance is the tempered posterior's (0.05 of the Gaussian's).
+    Before, the noise and momentum scales derived at the first step stayed: the chains went back to sampling at
+    temperature 1 (a variance 12-21x the tempered one; 1.7x for sgnht and tacthmc, whose thermostats feel the
+    new target). The thermostats take about a thousand steps to re-equilibrate from the old kinetic energy."""
+    C, T, n = 64, 0.05, 3000
+    sampler = make_sampler(name, **sampler_settings.GAUSSIAN[name])
+    M = sampler.members_per_chain()
+    mean, cov = correlated_gaussian(1).mean, correlated_gaussian(1).cov
+    start = torch.as_tensor(np.random.default_rng(3).multivariate_normal(mean, T * cov, size=C * M))
+    target, state = gaussian_chains(sampler, C, seed=4, start=start)
+    for _ in range(50):
+        state, _ = sampler.step(state, target.potential, None)
+    sampler.set_params(temperature=T)
+    tail = []
+    for i in range(n):
+        state, _ = sampler.step(state, target.potential, None)
+        if i >= n // 2 and i % 10 == 0:
+            tail.append(target.potential.parameters[0].detach().clone())
+    ratio = torch.stack(tail).reshape(-1, 2).var(dim=0).numpy() / (T * np.diag(cov))
+    print(name, ratio)
+    assert np.all((ratio > 0.75) & (ratio < 1.35)), (name, ratio)
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_setting_the_state_is_built_on_is_refused_after_init(name):
+    """The mass matrix's form (and the warm-up's length) are built into the state by ``init``: a change after it
+    is a ValueError naming the setting, and the state is left as it was (a step with the old settings runs)."""
+    sampler, state, _, _, target = _gaussian_run(name, 2, 3)
+    if "preconditioner" not in sampler.get_params():
+        pytest.skip("no preconditioner setting")
+    old = sampler.preconditioner
+    sampler.set_params(preconditioner="layer" if sampler.preconditioner_mode() != "layer" else None)
+    with pytest.raises(ValueError, match="preconditioner=.*call init"):
+        sampler.step(state, target.potential, None)
+    sampler.set_params(preconditioner=old)
+    sampler.step(state, target.potential, None)
+
+
+def test_a_compiled_transition_refuses_settings_changed_after_it_was_built():
+    """The compiled transition closes over the settings it was built with: a call after a hyperparameter was set
+    is a ValueError (before, it ran the old settings silently); the eager step takes the change up."""
+    from bayesnet.samplers.compiled import CompiledTransition
+
+    sampler = make_sampler("sghmc", **sampler_settings.GAUSSIAN["sghmc"])
+    target, state = gaussian_chains(sampler, 2)
+    step = CompiledTransition(sampler, target.potential, state.layout, compile=False)
+    state, _ = step(state, target.potential, (None, None))
+    sampler.set_params(temperature=0.5)
+    with pytest.raises(ValueError, match="set after this compiled transition was built"):
+        step(state, target.potential, (None, None))
+    sampler.step(state, target.potential, None)
+    CompiledTransition(sampler, target.potential, state.layout, compile=False)(state, target.potential, (None, None))

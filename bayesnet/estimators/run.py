@@ -370,28 +370,6 @@ def refuse_state_changes(sampler, previous) -> None:
         refuse_changes({f"sampler__{k}": v for k, v in built_on.items()})
 
 
-def _carry_settings(previous, sampler, state) -> None:
-    """A continued chain runs the new sampler's settings: the per-coordinate scales derived from the old ones
-    (noise and momentum scales hold the temperature, friction, noise level) are dropped, and an explicit
-    ``step_size`` that changed replaces the adapted (or old) one in the preconditioner. A warm-up still running
-    (an interrupted fit) then adapts the step no more, and the mass only where the new settings still ask for it
-    (with ``preconditioner="auto"`` and an explicit step it is adapted no further: the mass set so far stays, the
-    coordinates the explicit step is given in). hmc's dual averaging restarts from the explicit step (its
-    documented meaning: where the averaging starts); pt-langevin keeps the proposal scales its Robbins-Monro
-    tuning reached (an explicit step takes effect there with ``adaptation_steps=0``, the paper's mode)."""
-    state.cache.clear()
-    step = getattr(sampler, "step_size", "auto")
-    if step != "auto" and step != getattr(previous, "step_size", "auto"):
-        pre = state.precond
-        pre.step_size = torch.full_like(pre.step_size, float(step))
-        pre.version += 1
-        sampler.preconditioner_changed(state)
-        warm = state.warmup
-        if warm is not None:
-            warm.adapt_step = False
-            warm.adapt_mass = warm.adapt_mass and sampler.preconditioner_mode() is not None
-
-
 def _reference_length(net) -> int:
     """Steps the divergence monitor's new reference takes after a reset, and the steps it lets the chains settle
     first: a quarter of the burn-in, as the first reference (at least 25, at most 500: a continued run is
@@ -440,7 +418,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if prior is None:
         make_prior(net.prior_, sampler)
     previous, net.sampler_ = net.sampler_, sampler
-    _carry_settings(previous, net.sampler_, net.sampler_state_)
+    net.sampler_.adopt(net.sampler_state_)  # (the settings a running chain can honour: the new step size)
     if prior is not None:
         net.prior_ = net.posterior_.prior = prior
         net.sampler_.reset_cache(net.sampler_state_)  # cached potentials were under the old prior

@@ -138,6 +138,10 @@ class SamplerState:
     warmup: WarmUp | None = None
     warmup_report: dict | None = None
     cache: dict = field(default_factory=dict)
+    #: the sampler's hyperparameters the state was made (or last stepped) with, and the token of that sampler's
+    #: settings (:meth:`Sampler.step` takes up a change of the settings through :meth:`Sampler.adopt`)
+    made_with: dict | None = None
+    stamp: object = None
 
     def replace_position(self, position: list[Tensor]) -> None:
         """Point the state at new position tensors (the same values), e.g. after a copy."""
@@ -288,6 +292,20 @@ class Sampler(BaseEstimator):
     # ------------------------------------------------------------------ #
     # parameters (scikit-learn's get_params / set_params)
     # ------------------------------------------------------------------ #
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a hyperparameter set after init() (by set_params or directly) invalidates the settings' token, and the
+        # next step() takes the change up (:meth:`adopt`); resolved (``x_``) and private attributes do not
+        if not name.startswith("_") and not name.endswith("_"):
+            self.__dict__.pop("_settings_token", None)
+        object.__setattr__(self, name, value)
+
+    def _token(self) -> object:
+        """A token that stays the same object while no hyperparameter is set (one identity test per step)."""
+        token = self.__dict__.get("_settings_token")
+        if token is None:
+            token = self.__dict__["_settings_token"] = object()
+        return token
+
     @classmethod
     def hyperparameter_names(cls) -> list[str]:
         """Names accepted by ``__init__`` (and hence as ``sampler__<name>``)."""
@@ -459,7 +477,59 @@ class Sampler(BaseEstimator):
             if name == "preconditioner" and self.preconditioner_mode() == previous.preconditioner_mode():
                 continue
             out[name] = (new, old)
+        # the warm-up is built by init(): its length, and whether it adapts the step, cannot change under it (an
+        # explicit step replacing an adapted one can: :meth:`adopt`)
+        for name in ("adaptation_steps", "step_size"):
+            new, old = getattr(self, name, None), getattr(previous, name, None)
+            if new != old and (name == "adaptation_steps" or new == "auto"):
+                out[name] = (new, old)
         return out
+
+    def adopt(self, state: SamplerState) -> None:
+        """Take up the hyperparameters set since ``state`` was made (or last stepped) with another setting: a
+        continued chain runs the new settings. :meth:`step` calls it when the sampler's settings changed (one
+        identity test per step); the estimators' continued fits call it with a new sampler.
+
+        The per-coordinate scales derived from the old settings (noise and momentum scales hold the temperature,
+        friction, noise level) are dropped, and an explicit ``step_size`` that changed replaces the adapted (or
+        old) one in the preconditioner. A warm-up still running then adapts the step no more, and the mass only
+        where the new settings still ask for it (with ``preconditioner="auto"`` and an explicit step it is adapted
+        no further: the mass set so far stays, the coordinates the explicit step is given in). hmc's dual
+        averaging restarts from the explicit step (its documented meaning: where the averaging starts);
+        pt-langevin keeps the proposal scales its Robbins-Monro tuning reached (an explicit step takes effect there
+        with ``adaptation_steps=0``, the paper's mode). Before, a change after :meth:`init` was silently ignored
+        wherever the state held the old value (the step size, the cached noise scales).
+
+        Raises
+        ------
+        ValueError
+            On a change of a setting the state is built on (:meth:`changed_state_settings`: the mass matrix's
+            form, the warm-up's length, a step size back to "auto", tacthmc's bias table, pt-langevin's ladder,
+            the members per chain); the state is left as it was.
+        """
+        now = self.get_params(deep=False)
+        before = state.made_with
+        state.cache.clear()
+        if before is not None and now != before:
+            previous = type(self)(**before)
+            refused = self.changed_state_settings(previous)
+            if self.members_per_chain() != previous.members_per_chain():
+                refused["members per chain"] = (self.members_per_chain(), previous.members_per_chain())
+            if refused:
+                detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in refused.items())
+                raise ValueError(f"{self.name}: the state was made with other settings than {detail}, which it is "
+                                 "built on; call init() for new chains with them.")
+            step = getattr(self, "step_size", "auto")
+            if step != "auto" and step != before.get("step_size", "auto"):
+                pre = state.precond
+                pre.step_size = torch.full_like(pre.step_size, float(step))
+                pre.version += 1
+                self.preconditioner_changed(state)
+                warm = state.warmup
+                if warm is not None:
+                    warm.adapt_step = False
+                    warm.adapt_mass = warm.adapt_mass and self.preconditioner_mode() is not None
+        state.made_with, state.stamp = now, self._token()
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """The step size for a largest preconditioned curvature ``curvature`` and the gradient's mini-batch noise
@@ -595,6 +665,7 @@ class Sampler(BaseEstimator):
         rng = as_chain_random(rng, layout.chains, position[0].device)
         state = self._init(position, rng, layout, self._initial_preconditioner(position, layout))
         state.warmup = self._initial_warmup()
+        state.made_with, state.stamp = self.get_params(deep=False), self._token()
         return state
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
@@ -628,6 +699,8 @@ class Sampler(BaseEstimator):
             raise TypeError(f"{self.name}: the state is a {type(state).__name__}, made by another sampler's init; "
                             f"{self.name} steps the {self.state_class.__name__} its own init() makes (a state "
                             "cannot move between samplers: their momenta and auxiliary variables differ).")
+        if state.stamp is not self.__dict__.get("_settings_token"):
+            self.adopt(state)
         if int(state.step) == 0:
             self._check_potential_shape(state, potential, batch)
         self.gibbs_step(state, potential)

@@ -200,6 +200,9 @@ class CompiledTransition:
     ------
     TypeError
         For an ``options`` key that ``torch.compile`` does not take.
+    ValueError
+        From a call after a hyperparameter of ``sampler`` was set: the transition holds the settings it was built
+        with (build a new one; the eager :meth:`~bayesnet.samplers.Sampler.step` takes the change up).
 
     Attributes
     ----------
@@ -211,6 +214,7 @@ class CompiledTransition:
 
     def __init__(self, sampler, potential, layout, compile: bool = True, options: dict | None = None):
         self.sampler = sampler
+        self._token = sampler._token()  # (the settings the pure transition closes over)
         self.pure = sampler.pure_transition(potential.functional(), layout)
         self.fn = torch.compile(self.pure, **compile_options(options)) if compile else self.pure
         self.fallback = None if compile else "compile=False"
@@ -221,6 +225,11 @@ class CompiledTransition:
     def __call__(self, state, potential, batch: Any):
         """One step of the frozen kernel (the prior's Gibbs step first, as in :meth:`Sampler.step`), through
         the sampler's :meth:`~bayesnet.samplers.Sampler.run_compiled`."""
+        if self.sampler.__dict__.get("_settings_token") is not self._token:
+            raise ValueError(f"{self.sampler.name}: a hyperparameter was set after this compiled transition was "
+                             "built with the old settings; build a new CompiledTransition (or step eagerly).")
+        if state.stamp is not self._token:
+            self.sampler.adopt(state)  # (a state made or last stepped under another sampler object)
         self.sampler.gibbs_step(state, potential)
         self._shape = (tuple(None if b is None else tuple(b.shape) for b in batch) if isinstance(batch, (tuple, list))
                        else None)  # (a potential without data takes (None, None))
