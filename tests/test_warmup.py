@@ -567,7 +567,9 @@ def test_chains_started_far_from_the_mode_reach_it(name):
     whose energy, potential plus kinetic, is below its fallback's potential is descending, not diverging: every
     sampler's draws keep the target's moments (ESS-based tolerances plus ``WARM_ALLOWANCE``). Power: the next
     test."""
-    report, err = _far_start(name)
+    # (tacthmc keeps draws only on its plateau, about a fifth of its tempering variable's range, every 50th step:
+    # 8,000 steps give its chains the draws the others have in 1,500)
+    report, err = _far_start(name, steps=8000 if name == "tacthmc" else 1500)
     print(name, report["restarts"], {k: round(float(v), 4) for k, v in err.items()})
     assert report["settled"] and err["ess"] > 100
     assert err["mean_err"] <= err["mean_tol"] + WARM_ALLOWANCE
@@ -635,14 +637,38 @@ def test_mini_batch_chains_started_far_from_the_mode_reach_it(name):
     chains had barely moved, the mass estimated from their crawl was off by up to 500x, R-hat 7-27 (means 40-120
     sd off), reported settled. Now the initial window, and any later one whose chain was still descending, runs at
     the stable step whatever the noise (the final window's step, which the kept draws use, keeps the full rule):
-    sgld's, sghmc's and baoab's draws keep the posterior's moments. (sgnht's explicit thermostat still diverges
-    there, its thermostat's friction times the step above 2: its chains reach the mode after restarts at a full
-    batch, not at this one: the note on issue 13.)"""
+    sgld's, sghmc's and baoab's draws keep the posterior's moments (sgnht and tacthmc: the next test)."""
     report, err = _far_minibatch(name)
     print(name, report["restarts"], {k: round(float(v), 4) for k, v in err.items()})
     assert err["ess"] > 10
     assert err["mean_err"] <= err["mean_tol"] + WARM_ALLOWANCE
     assert err["cov_err"] <= err["cov_tol"] + WARM_ALLOWANCE
+
+
+@pytest.mark.slow
+def test_thermostat_chains_started_far_on_mini_batches_reach_the_mode():
+    """The same for sgnht, whose Euler friction step ``(1 - z) r`` reverses and amplifies the
+    momenta once the descent's heat has pumped ``z`` above 1 (``z`` was 61 after one step, 1e15 three steps later;
+    the guard's restarts then halved the steps to 1e-6 and the chains froze 55 posterior sd out, R-hat in the
+    thousands). While the warm-up has not seen a member cool, and while its last check found it hot but
+    descending, its ``z`` is capped at ``WARMUP_MAX_FRICTION`` (1): the means now come within their ESS tolerance.
+    The covariance is not asserted: the scalar thermostat leaves this problem's anisotropic mini-batch noise in the
+    covariance from a start at the mode as well (off by 0.42 there and from 0, against a tolerance of 0.19), which is
+    the kernel's, not the start's. (tacthmc's kernel shares the cap; on this 4-D problem its frozen chains diverge
+    now and then from a start at the mode too: the note on issue 13.)"""
+    report, err = _far_minibatch("sgnht")
+    print(report["restarts"], {k: round(float(v), 4) for k, v in err.items()})
+    assert err["ess"] > 10
+    assert err["mean_err"] <= err["mean_tol"] + WARM_ALLOWANCE
+
+
+def test_the_thermostat_cap_has_power(monkeypatch):
+    """Without the cap, sgnht's chains from the far start do not reach the mode."""
+    import bayesnet.samplers.warmup as warmup_module
+
+    monkeypatch.setattr(warmup_module, "WARMUP_MAX_FRICTION", math.inf)
+    _, err = _far_minibatch("sgnht", warm=300, steps=200)
+    assert not err["mean_err"] <= err["mean_tol"] + WARM_ALLOWANCE
 
 
 def _unstable(name, factor=10.0, warm=400, after=200, C=8, start=0.0):

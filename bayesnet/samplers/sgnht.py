@@ -18,7 +18,7 @@ from .compiled import potential_gradients, write_back
 from .integrators import chain_numel, momentum_state, normal_flat, position_step
 from .random import ChainRandom
 from .estimates import mask_like
-from .warmup import WARMUP_DOC, Preconditioner, flatten, views
+from .warmup import WARMUP_DOC, Preconditioner, clamp_friction, flatten, views
 
 __all__ = ["SGNHT", "SGNHTState"]
 
@@ -164,6 +164,8 @@ class SGNHT(Sampler):
         with torch.no_grad():
             t_kin = (flat * flat * weight).sum(-1) / dim  # one value per chain: each chain has its own thermostat
         z = state.thermostat + eta * (t_kin - self.temperature) / self.thermal_inertia
+        if state.warmup is not None:  # (a chain's descent from a far start: warmup.WARMUP_MAX_FRICTION)
+            z = clamp_friction(state, z)
         state.thermostat = z
         value, grad = potential.value_and_grad(batch)
         with torch.no_grad():  # the thermostat friction -z r, on the buffer the momenta are views of

@@ -19,7 +19,7 @@ from .compiled import potential_gradients, write_back
 from .integrators import gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
 from .estimates import flatten, mask_like
-from .warmup import WARMUP_DOC, Preconditioner, views
+from .warmup import WARMUP_DOC, Preconditioner, clamp_friction, views
 
 __all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
 
@@ -370,8 +370,8 @@ class TACTHMC(Sampler):
         return self._stable_and_cool(curvature, noise_fraction, 1.0)
 
     def restart_members(self, state: TACTHMCState, members: Tensor, potential: Potential, batch: Any) -> None:
-        """A restarted chain's thermostats start again at their initial values, its tempering variable at rest
-        on the plateau."""
+        """A restarted chain's thermostats start again at their initial values, its tempering variable at the
+        plateau's centre (with a fresh momentum: :meth:`redraw_momenta`)."""
         mask = mask_like(members, state.xi)
         state.thermostat = torch.where(mask, torch.full_like(state.thermostat, float(self.noise)), state.thermostat)
         state.tempering_thermostat = torch.where(mask, torch.full_like(state.tempering_thermostat,
@@ -384,6 +384,22 @@ class TACTHMC(Sampler):
         rows = mask.reshape(mask.shape + (1,)) if state.bias.ndim > mask.ndim else mask
         state.bias = torch.where(rows, torch.zeros_like(state.bias), state.bias)
         state.bin_visits = torch.where(rows, torch.zeros_like(state.bin_visits), state.bin_visits)
+
+    @torch.no_grad()
+    def redraw_momenta(self, state: TACTHMCState, members: Tensor | None = None) -> None:
+        r"""The parameters' momenta (:meth:`Sampler.redraw_momenta`) and, for the guard's restarted chains
+        (``members``), the tempering momentum from its stationary law :math:`N(0, \eta_\xi T)`, drawn for every
+        chain at every check. Before, a restarted chain's tempering variable stayed at rest at the plateau's
+        centre, where neither force nor noise reaches it (both carry :math:`\lambda'(\xi) = 0` there): its
+        tempering was over for good, silently (measured: 8 chains started 50 sd out, all restarted at the first
+        check, ``xi`` exactly 0 for the 2,500 steps after)."""
+        super().redraw_momenta(state, members)
+        if members is None or not self.tempering:
+            return
+        r_xi = state.xi_momentum
+        fresh = state.rng.normal(1, r_xi.dtype).reshape(r_xi.shape) * math.sqrt(state.tempering_step_size
+                                                                                 * self.temperature)
+        state.xi_momentum = torch.where(mask_like(members, r_xi), fresh, r_xi)
 
     def momentum_std(self, state: TACTHMCState) -> Tensor:
         return self._scaled_momentum_std(state, lambda pre: torch.sqrt(pre.step_size * self.temperature))
@@ -530,6 +546,8 @@ class TACTHMC(Sampler):
         lam, dlam, t_kin, z_theta, z_xi, j, delta_a = self._before_gradient(
             flat, weight, xi, state.xi_momentum, state.thermostat, state.tempering_thermostat,
             state.precond.step_size, eta_xi, state.bias)
+        if state.warmup is not None:  # (lam <= 1: the friction step lam^2 z_theta stays at most 1; warmup.py)
+            z_theta = clamp_friction(state, z_theta)
         state.thermostat, state.tempering_thermostat = z_theta, z_xi
         value, grad = potential.value_and_grad(batch)  # lines 7-8
         value = value.detach().to(xi.dtype).reshape(xi.shape)

@@ -66,6 +66,11 @@ Guards, so that no chain is lost to a bad estimate:
   the interval was below the fallback's by the potential's equilibrium spread, once the next step's potential (the
   position's own, for the kernels that report the potential they moved from) is finite and has not risen so
   (:func:`_confirm`);
+- the thermostat kernels (sgnht, tacthmc) cap their thermostat's ``z`` at ``WARMUP_MAX_FRICTION`` (1) before the
+  guard's first verdict on a member and while its last check found it hot but descending (the Euler friction step
+  ``(1 - z) r`` reverses and amplifies the momenta above it, and a descent's heat pumps ``z`` there at once), and a
+  member whose ``z`` left ``THERMOSTAT_RANGE`` (-1 to 1.5) at any step is restarted at the next check like a hot
+  one: the thermostat's early sign of a step it cannot keep (:func:`clamp_friction`);
 - a member restarted in the final window, or whose final window ran hot, freezes at half the step it tried
   there, and the warm-up reports that it did not settle (the estimators raise a ``ConvergenceWarning`` that
   names ``burn_in``), as it does for a warm-up shorter than ``MIN_SETTLED`` steps and for members frozen at a
@@ -247,6 +252,8 @@ class WarmUp:
     window_weight: Tensor | None = None  # per member: sum of the data term's curvature weight at the window's checks
     window_weight_count: int = 0
     spots: list | None = None  # positions kept from the window before the final one (:func:`_keep_spot`)
+    hot_descent: Tensor | None = None  # per member: hot at the last check but descending (None: no check yet)
+    unsteady: Tensor | None = None  # per member: the kernel's sign of an unstable step since the last check
 
     def remember(self, batch) -> None:
         """Keep ``batch`` among the last ``N_BATCHES`` seen (a full batch, the same object each step, once)."""
@@ -562,6 +569,60 @@ RISE = 100.0
 #: exponentially, past this within a few steps, and feeds its energy
 GUARD_HEAT = 5.0
 
+#: the most a thermostat's friction step may take off the momenta during the warm-up: the Euler step
+#: ``r <- (1 - z) r`` of sgnht's and tacthmc's thermostats (Ding et al. 2014; Luo et al. 2018 Alg. 1 line 10)
+#: reverses and amplifies the momenta once ``z > 1`` (diverges once ``z > 2``). A chain started far from the mode
+#: meets that at its first steps: the descent's heat, hundreds of times the target temperature, pumps ``z`` by
+#: ``eta (T_kin - T) / gamma`` per step (measured: 61 after one step on a linear regression 40-100 sd out, 1e15
+#: three steps later, the guard's restarts halving the step to 1e-6). Clamped at 1 while warming up the momenta are
+#: at most stopped, the chain descends as a gradient step with noise, and the thermostat sinks back to
+#: equilibrium (by up to ``eta T / gamma`` a step) once the descent ends; at equilibrium ``z`` is near ``noise``
+#: (0.05) and the clamp never acts. The kept steps, after the freeze, run the thermostat as published.
+WARMUP_MAX_FRICTION = 1.0
+
+#: the range a thermostat's ``z`` stays in at a stable step (the friction step ``1 - z`` neither reverses the
+#: momenta by more than half nor amplifies them by more than 2x): outside it at any warm-up step, the member is
+#: restarted at the guard's next check with half its step (:func:`thermostat_unsteady`)
+THERMOSTAT_RANGE = (-1.0, 1.5)
+
+
+def thermostat_unsteady(z: Tensor) -> Tensor:
+    """Per chain, whether the thermostat ``z`` is outside :data:`THERMOSTAT_RANGE`: the early sign of a step too
+    large for the thermostat's Euler update (Ding et al. 2014), whose fluctuation ``eta sqrt(2 / D) / gamma`` grows
+    with the step and shrinks with the dimension. Measured on a D-dimensional standard Gaussian, 64 chains of sgnht
+    at a fixed step, 1,000 steps: at D = 4 none diverged at steps up to 0.2 (``z`` left the range in 0-5 chains),
+    11, 39 and 64 at 0.25, 0.3 and 0.4, each after ``z`` had left the range (a median of 40-90 steps before); at
+    D = 16 none up to 0.3, 23 at 0.4 (leaving it 320 steps before); at D = 256 none up to 0.4. Divergences that take
+    longer than the warm-up's final window to build up otherwise froze unnoticed: sgnht chains whose every window's
+    step was 10x the rule's froze at 2.5x it and diverged after the freeze under a settled report, on 2-6 seeds of
+    12."""
+    lo, hi = THERMOSTAT_RANGE
+    return (z < lo) | (z > hi)
+
+
+def clamp_friction(state, z: Tensor) -> Tensor:
+    """A thermostat's ``z`` (one per chain, or 0-d) during the warm-up, with :data:`WARMUP_MAX_FRICTION` as its
+    ceiling for the members the warm-up has not yet seen cool: before its first verdict (a chain's first steps), and
+    where its last check found the member hot while descending (:func:`_descending`). Elsewhere ``z`` as it is: the
+    warm-up then sees the kernel the kept steps run, whose thermostat diverges at a step too large (measured: clamped
+    at every warm-up step, sgnht froze at twice the step the guard's restarts otherwise find, on a 4-D regression at
+    mini-batches, and its chains then diverged 100 steps into sampling). The chains whose ``z`` so returned is outside
+    :data:`THERMOSTAT_RANGE` are noted for the guard's next check (:func:`thermostat_unsteady`)."""
+    warm = state.warmup
+    if warm is None:
+        return z
+    capped = z.clamp(max=WARMUP_MAX_FRICTION)
+    if warm.hot_descent is None:
+        z = capped
+    else:
+        mask = warm.hot_descent
+        if mask.numel() != z.numel():  # (members packed per chain: a chain's thermostat is capped if any member is)
+            mask = mask.reshape(max(z.numel(), 1), -1).any(1)
+        z = torch.where(mask.reshape(z.shape), capped, z)
+    out = thermostat_unsteady(z).reshape(-1)
+    warm.unsteady = out if warm.unsteady is None else warm.unsteady | out
+    return z
+
 
 def _descending(warm: WarmUp, state, info, t: Tensor, target: float) -> Tensor | None:
     """Per member, whether a chain's energy, potential plus kinetic (``u + D t / 2``), lies below its fallback's
@@ -618,6 +679,7 @@ def guard(sampler, state, info, potential, batch) -> None:
         warm_ok = _per_member(mean <= (BACKUP_HEAT + 2.0 * spread) * target, S)
         falling = _descending(warm, state, info, t, target)
         if falling is not None:  # a descending chain is not diverging, and where it now is will do as a fallback
+            warm.hot_descent = hot & falling
             hot = hot & ~falling  # once its potential over the interval, on average (one step's estimate is a
             # mini-batch's: a reviewer's test with noise of sd 200 in a 4-D potential renewed a fallback 57 sd out
             # on one low estimate), fell below the fallback's by the potential's equilibrium spread
@@ -626,6 +688,10 @@ def guard(sampler, state, info, potential, batch) -> None:
             if mean_u is not None and mean_u.numel() == S:
                 warm_ok = warm_ok | (falling & (mean_u < below))
         warm.bad = warm.bad | hot
+    if warm.unsteady is not None:  # a kernel's own early sign of an unstable step over the interval
+        if warm.unsteady.numel() == S:
+            warm.bad = warm.bad | warm.unsteady.reshape(-1)
+        warm.unsteady = None
     u = info.potential.detach().reshape(-1)
     if warm.backup_potential is not None and u.numel() == S:
         warm.bad = warm.bad | _risen(warm, state, u.double())
