@@ -380,3 +380,26 @@ def test_metadynamics_variant_recovers_the_three_modes(bias_temperature):
                       metadynamics_bias_temperature=bias_temperature)
     assert total_variation_1d(out["pooled"][:, 0], target) < 0.1
     np.testing.assert_allclose(target.mode_weights(out["pooled"]), [0.3, 0.4, 0.3], atol=0.05)
+
+
+def test_a_restarted_chain_keeps_tempering():
+    """The warm-up's guard puts a restarted chain's tempering variable back at the plateau's centre and redraws its
+    momenta (``restart_members`` then ``redraw_momenta``, as ``warmup.guard`` calls them). There neither the force
+    nor the noise on ``xi`` acts (both carry ``lambda'(xi) = 0``), so with its momentum left at 0 the chain never
+    tempered again (measured: ``xi`` exactly 0 for 2,500 steps). Its tempering momentum is now drawn afresh, from
+    ``N(0, eta_xi T)``, and ``xi`` moves."""
+    from bayesnet.posterior import FunctionPotential
+    from bayesnet.samplers import make_sampler
+
+    sampler = make_sampler("tacthmc", step_size=1e-3, adaptation_steps=0)
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.zeros(4, 3, dtype=torch.float64)])
+    state = sampler.init(pot.parameters, 0, n_chains=4)
+    for _ in range(5):
+        state, _ = sampler.step(state, pot, None)
+    restarted = torch.tensor([True, True, False, False])
+    sampler.restart_members(state, restarted, pot, None)
+    sampler.redraw_momenta(state, restarted)
+    assert torch.all(state.xi[:2] == 0) and torch.all(state.xi_momentum[:2] != 0)
+    for _ in range(200):
+        state, _ = sampler.step(state, pot, None)
+    assert torch.all(state.xi[:2].abs() > 0)
