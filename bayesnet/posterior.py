@@ -88,7 +88,10 @@ class FunctionPotential:
         parameters pack ``C`` chains on a leading axis; the gradient is then
         that of the sum, i.e. every chain's own gradient. hmc, pt-langevin
         and tacthmc need one value per member (their first step raises
-        ``ValueError`` otherwise); the gradient samplers also take the sum.
+        ``ValueError`` otherwise); the gradient samplers also take the sum,
+        but the warm-up's guard then cannot compare each member's potential
+        with its fallback's (it tests the temperatures only): with several
+        chains, return one value per member.
     parameters : sequence of Tensor
         Initial positions; converted to leaf tensors with ``requires_grad``.
     gradient_noise : float, default=0.0
