@@ -654,8 +654,8 @@ def test_thermostat_chains_started_far_on_mini_batches_reach_the_mode():
     descending, its ``z`` is capped at ``WARMUP_MAX_FRICTION`` (1): the means now come within their ESS tolerance.
     The covariance is not asserted: the scalar thermostat leaves this problem's anisotropic mini-batch noise in the
     covariance from a start at the mode as well (off by 0.42 there and from 0, against a tolerance of 0.19), which is
-    the kernel's, not the start's. (tacthmc's kernel shares the cap; on this 4-D problem its frozen chains diverge
-    now and then from a start at the mode too: the note on issue 13.)"""
+    the kernel's, not the start's. (tacthmc's kernel shares the cap; on this 4-D problem a frozen chain of its
+    still diverges now and then: the note on issue 13.)"""
     report, err = _far_minibatch("sgnht")
     print(report["restarts"], {k: round(float(v), 4) for k, v in err.items()})
     assert err["ess"] > 10
