@@ -371,6 +371,8 @@ def test_a_compiled_transition_refuses_settings_changed_after_it_was_built():
     target, state = gaussian_chains(sampler, 2)
     step = CompiledTransition(sampler, target.potential, state.layout, compile=False)
     state, _ = step(state, target.potential, (None, None))
+    sampler.set_params(friction=sampler.friction)  # the value it holds: nothing changed, the transition runs
+    state, _ = step(state, target.potential, (None, None))
     sampler.set_params(temperature=0.5)
     with pytest.raises(ValueError, match="set after this compiled transition was built"):
         step(state, target.potential, (None, None))

@@ -718,3 +718,20 @@ def test_chains_all_frozen_far_out_have_not_settled():
     report, x = _unstable("sghmc", factor=3.0, start=50.0)
     assert float(x.abs().max()) > 10.0  # (the case: still far out)
     assert not report["settled"] and "the step their curvature gives" in report["reason"], report["reason"]
+
+
+def test_thermostats_run_uncapped_once_checked_without_per_member_potentials():
+    """A potential summed over the chains (which the gradient samplers take) shows no member's descent: the guard's
+    first check then lifts the warm-up's cap on the thermostats for good. Before, the cap stayed on for the whole
+    warm-up, so the guard saw no thermostat instability and froze steps the kernel could not keep (a reviewer's
+    test: two of 12 seeds lost a chain under a settled report)."""
+    sampler = make_sampler("sgnht", adaptation_steps=100)
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(),  # (one value for all 4 chains)
+                            [torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)])
+    state = sampler.init(pot.parameters, 0, n_chains=4)
+    for _ in range(9):
+        state, _ = sampler.step(state, pot, None)
+    assert state.warmup.hot_descent is None  # (no verdict before the first check: capped)
+    for _ in range(11):
+        state, _ = sampler.step(state, pot, None)
+    assert state.warmup.hot_descent is not None and not state.warmup.hot_descent.any()

@@ -385,8 +385,9 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     ------
     ValueError
         On a changed architecture, ``burn_in``, ``n_chains``, ``device``, ``random_state`` or sampler class, a
-        setting the sampler's state is built on (:attr:`~bayesnet.samplers.Sampler.state_settings`), or a
-        sampler whose chain layout changed.
+        setting the sampler's state is built on (:meth:`~bayesnet.samplers.Sampler.changed_state_settings`: its
+        :attr:`~bayesnet.samplers.Sampler.state_settings`, ``adaptation_steps``, a ``step_size`` back to "auto"),
+        or a sampler whose chain layout changed.
     """
     now = net._all_params(deep=False)
     old = net.fit_params_

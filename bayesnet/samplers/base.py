@@ -505,11 +505,11 @@ class Sampler(BaseEstimator):
         ValueError
             On a change of a setting the state is built on (:meth:`changed_state_settings`: the mass matrix's
             form, the warm-up's length, a step size back to "auto", tacthmc's bias table, pt-langevin's ladder,
-            the members per chain); the state is left as it was.
+            the members per chain); the state is left as it was (the estimators' continued fits refuse the same
+            changes before anything runs).
         """
         now = self.get_params(deep=False)
         before = state.made_with
-        state.cache.clear()
         if before is not None and now != before:
             previous = type(self)(**before)
             refused = self.changed_state_settings(previous)
@@ -517,8 +517,8 @@ class Sampler(BaseEstimator):
                 refused["members per chain"] = (self.members_per_chain(), previous.members_per_chain())
             if refused:
                 detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in refused.items())
-                raise ValueError(f"{self.name}: the state was made with other settings than {detail}, which it is "
-                                 "built on; call init() for new chains with them.")
+                raise ValueError(f"{self.name}: cannot take up {detail} on chains whose state was built with the old "
+                                 "value(s); call init() for new chains with them.")
             step = getattr(self, "step_size", "auto")
             if step != "auto" and step != before.get("step_size", "auto"):
                 pre = state.precond
@@ -529,6 +529,7 @@ class Sampler(BaseEstimator):
                 if warm is not None:
                     warm.adapt_step = False
                     warm.adapt_mass = warm.adapt_mass and self.preconditioner_mode() is not None
+        state.cache.clear()
         state.made_with, state.stamp = now, self._token()
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:

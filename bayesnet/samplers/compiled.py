@@ -201,8 +201,9 @@ class CompiledTransition:
     TypeError
         For an ``options`` key that ``torch.compile`` does not take.
     ValueError
-        From a call after a hyperparameter of ``sampler`` was set: the transition holds the settings it was built
-        with (build a new one; the eager :meth:`~bayesnet.samplers.Sampler.step` takes the change up).
+        From a call after a hyperparameter of ``sampler`` was set to another value: the transition holds the
+        settings it was built with (build a new one; the eager :meth:`~bayesnet.samplers.Sampler.step` takes the
+        change up).
 
     Attributes
     ----------
@@ -215,6 +216,7 @@ class CompiledTransition:
     def __init__(self, sampler, potential, layout, compile: bool = True, options: dict | None = None):
         self.sampler = sampler
         self._token = sampler._token()  # (the settings the pure transition closes over)
+        self._params = sampler.get_params(deep=False)
         self.pure = sampler.pure_transition(potential.functional(), layout)
         self.fn = torch.compile(self.pure, **compile_options(options)) if compile else self.pure
         self.fallback = None if compile else "compile=False"
@@ -226,8 +228,10 @@ class CompiledTransition:
         """One step of the frozen kernel (the prior's Gibbs step first, as in :meth:`Sampler.step`), through
         the sampler's :meth:`~bayesnet.samplers.Sampler.run_compiled`."""
         if self.sampler.__dict__.get("_settings_token") is not self._token:
-            raise ValueError(f"{self.sampler.name}: a hyperparameter was set after this compiled transition was "
-                             "built with the old settings; build a new CompiledTransition (or step eagerly).")
+            if self.sampler.get_params(deep=False) != self._params:
+                raise ValueError(f"{self.sampler.name}: a hyperparameter was set after this compiled transition was "
+                                 "built with the old settings; build a new CompiledTransition (or step eagerly).")
+            self._token = self.sampler._token()  # (set again to the values it holds: nothing changed)
         if state.stamp is not self._token:
             self.sampler.adopt(state)  # (a state made or last stepped under another sampler object)
         self.sampler.gibbs_step(state, potential)

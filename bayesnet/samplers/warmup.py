@@ -678,6 +678,10 @@ def guard(sampler, state, info, potential, batch) -> None:
         hot = (mean > (GUARD_HEAT + 5.0 * spread) * target) | (t > (GUARD_HEAT + 10.0 * spread) * target)
         warm_ok = _per_member(mean <= (BACKUP_HEAT + 2.0 * spread) * target, S)
         falling = _descending(warm, state, info, t, target)
+        if falling is None and (info.potential.numel() != S or t.numel() != S):
+            # no potential per member (a summed one): no descent is ever seen, so the thermostats run uncapped from
+            # the first check on (capped all warm-up, the guard would accept a step the frozen kernel cannot keep)
+            warm.hot_descent = torch.zeros(S, dtype=torch.bool, device=t.device)
         if falling is not None:  # a descending chain is not diverging, and where it now is will do as a fallback
             warm.hot_descent = hot & falling
             hot = hot & ~falling  # once its potential over the interval, on average (one step's estimate is a
