@@ -91,7 +91,8 @@ class FunctionPotential:
         ``ValueError`` otherwise); the gradient samplers also take the sum,
         but the warm-up's guard then cannot compare each member's potential
         with its fallback's (it tests the temperatures only): with several
-        chains, return one value per member.
+        chains, return one value per member. A value of any other size is a
+        ``ValueError`` at the first step.
     parameters : sequence of Tensor
         Initial positions; converted to leaf tensors with ``requires_grad``.
     gradient_noise : float, default=0.0

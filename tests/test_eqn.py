@@ -155,6 +155,9 @@ def test_reduces_to_baoab_exactly(walkers, eta, n_chains, interval, dtype):
             walker_pot = pot.fn
             pot = FunctionPotential(lambda p, b: walker_pot([p[0].reshape(shape)], b).reshape(C, -1).sum(1),
                                     [t.clone().reshape(view) for t in start])
+        elif name == "baoab" and len(shape) > 1:  # one chain without a chain axis: its walkers' values summed
+            walker_pot = pot.fn
+            pot = FunctionPotential(lambda p, b: walker_pot(p, b).sum(), [t.clone() for t in start])
         s = make_sampler(name, step_size=0.1, friction=2.0, temperature=0.7, **params)
         state = s.init(pot.parameters, 11, n_chains=chains)
         traj, kin = [], []

@@ -378,3 +378,21 @@ def test_a_compiled_transition_refuses_settings_changed_after_it_was_built():
         step(state, target.potential, (None, None))
     sampler.step(state, target.potential, None)
     CompiledTransition(sampler, target.potential, state.layout, compile=False)(state, target.potential, (None, None))
+
+
+@pytest.mark.parametrize("name", ["sgld", "sghmc", "sgnht", "baoab", "eqn"])  # (member_potentials False)
+def test_a_potential_of_unsummed_terms_is_refused_by_the_gradient_samplers(name):
+    """The gradient samplers read the gradient of the value's sum, so a sum over the members (or one value per
+    member) serves them; a vector of some other length (one chain's unsummed terms) is a ValueError at the first
+    step, as for hmc. Before, it was accepted, and the warm-up's per-member tests were silently skipped."""
+    sampler = make_sampler(name)
+    assert not sampler.member_potentials
+    M = sampler.members_per_chain()
+    pot = FunctionPotential(lambda p, b: 0.5 * p[0].reshape(-1) ** 2, [torch.zeros(M * 5, dtype=torch.float64)]
+                            if M == 1 else [torch.zeros(M, 5, dtype=torch.float64)])
+    with pytest.raises(ValueError, match=rf"{name}: the potential returned a value of shape \({5 * M},\)"):
+        sampler.step(sampler.init(pot.parameters, 0), pot, None)
+    for fn in (lambda p, b: 0.5 * (p[0] ** 2).sum(-1), lambda p, b: 0.5 * (p[0] ** 2).sum(),
+               lambda p, b: 0.5 * (p[0] ** 2).sum(-1, keepdim=True)):  # per member, summed, (S, 1): all serve
+        pot = FunctionPotential(fn, [torch.zeros(2 * M, 3, dtype=torch.float64)])
+        sampler.step(sampler.init(pot.parameters, 0, n_chains=2), pot, None)

@@ -728,8 +728,20 @@ class Sampler(BaseEstimator):
         from ..posterior import FunctionPotential
 
         size = state.layout.n_members
-        if not self.member_potentials or not isinstance(potential, FunctionPotential) or size == 1:
-            return  # (the others read the gradient of the value's sum: a sum over members or terms serves them)
+        if not isinstance(potential, FunctionPotential):
+            return
+        if not self.member_potentials:
+            # the others read the gradient of the value's sum, so a sum over the members serves them too (the
+            # warm-up's guard then tests temperatures only); a vector of anything else (terms of one chain) is a
+            # mistake the sum would hide (before: accepted, and the guard's per-member tests silently skipped)
+            value = potential.value(batch)
+            if value.numel() not in (1, size or 1):
+                want = "a scalar" if size is None else f"one value per member, shape ({size},), or their sum"
+                raise ValueError(f"{self.name}: the potential returned a value of shape {tuple(value.shape)}; it "
+                                 f"must return {want} (sum the terms).")
+            return
+        if size == 1:
+            return
         shape = tuple(potential.value(batch).shape)
         # one chain without a member axis: a scalar (before: hmc and tacthmc failed inside torch on a vector of terms)
         if size is None and shape not in ((), (1,)):
