@@ -612,13 +612,7 @@ def clamp_friction(state, z: Tensor) -> Tensor:
     if warm is None:
         return z
     capped = z.clamp(max=WARMUP_MAX_FRICTION)
-    if warm.hot_descent is None:
-        z = capped
-    else:
-        mask = warm.hot_descent
-        if mask.numel() != z.numel():  # (members packed per chain: a chain's thermostat is capped if any member is)
-            mask = mask.reshape(max(z.numel(), 1), -1).any(1)
-        z = torch.where(mask.reshape(z.shape), capped, z)
+    z = capped if warm.hot_descent is None else torch.where(mask_like(warm.hot_descent, z), capped, z)
     out = thermostat_unsteady(z).reshape(-1)
     warm.unsteady = out if warm.unsteady is None else warm.unsteady | out
     return z
@@ -627,7 +621,7 @@ def clamp_friction(state, z: Tensor) -> Tensor:
 def _descending(warm: WarmUp, state, info, t: Tensor, target: float) -> Tensor | None:
     """Per member, whether a chain's energy, potential plus kinetic (``u + D t / 2``), lies below its fallback's
     potential plus ``D`` times the target temperature: a chain descending from far above its typical set (None
-    where the potentials are not per member or no fallback's is known).
+    where no fallback's potential is known; the guard asks only where the potentials are per member).
 
     Such a chain turns the potential energy it loses into heat, which the friction then removes: its kinetic
     temperature runs far above the target (hundreds of times, started 50 posterior sd from the mode), while its
@@ -637,10 +631,9 @@ def _descending(warm: WarmUp, state, info, t: Tensor, target: float) -> Tensor |
     hmc's chains back at their start at every check (61-320 restarts), their steps halved each time; after the
     warm-up the means were 0.015-0.19 against 1.0, reported settled. The slack of ``D T`` over the fallback's
     potential covers its kinetic energy, about ``D T / 2`` at a cool check, and the batches' noise."""
-    u = info.potential.detach().reshape(-1).double()
-    S = state.layout.n_members or 1
-    if warm.backup_potential is None or u.numel() != S or t.numel() != S:
+    if warm.backup_potential is None:
         return None
+    u = info.potential.detach().reshape(-1).double()  # (one per member: the guard calls it only then)
     D = _coordinates(state)
     energy = u + 0.5 * D * t
     return torch.isfinite(warm.backup_potential) & (energy < warm.backup_potential + D * target)
@@ -677,11 +670,11 @@ def guard(sampler, state, info, potential, batch) -> None:
         spread = math.sqrt(2.0 / _coordinates(state))
         hot = (mean > (GUARD_HEAT + 5.0 * spread) * target) | (t > (GUARD_HEAT + 10.0 * spread) * target)
         warm_ok = _per_member(mean <= (BACKUP_HEAT + 2.0 * spread) * target, S)
-        falling = _descending(warm, state, info, t, target)
-        if falling is None and (info.potential.numel() != S or t.numel() != S):
-            # no potential per member (a summed one): no descent is ever seen, so the thermostats run uncapped from
-            # the first check on (capped all warm-up, the guard would accept a step the frozen kernel cannot keep)
-            warm.hot_descent = torch.zeros(S, dtype=torch.bool, device=t.device)
+        if info.potential.numel() == S and t.numel() == S:
+            falling = _descending(warm, state, info, t, target)
+        else:  # no potential per member (a summed one): no descent is ever seen, so the thermostats run uncapped
+            # from the first check on (capped all warm-up, the guard would accept a step the frozen kernel cannot keep)
+            falling, warm.hot_descent = None, torch.zeros(S, dtype=torch.bool, device=t.device)
         if falling is not None:  # a descending chain is not diverging, and where it now is will do as a fallback
             warm.hot_descent = hot & falling
             hot = hot & ~falling  # once its potential over the interval, on average (one step's estimate is a
