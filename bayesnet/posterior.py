@@ -100,10 +100,29 @@ class FunctionPotential:
         unknown to the sampler (the "noisy gradient" setting of Luo et al. 2018 Sec. 5.1).
     generator : torch.Generator, optional
         Source of the gradient noise.
+
+    Raises
+    ------
+    TypeError
+        If ``fn`` is not callable, or a parameter is not a real floating-point tensor (an integer or complex one).
+    ValueError
+        If ``parameters`` is empty.
     """
 
     def __init__(self, fn: Callable[[Sequence[Tensor], Any], Tensor], parameters: Sequence[Tensor],
                  gradient_noise: float = 0.0, generator: torch.Generator | None = None):
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable fn(parameters, batch) -> U, got {type(fn).__name__}.")
+        parameters = list(parameters)
+        if not parameters:
+            raise ValueError("parameters must hold at least one tensor.")
+        for i, p in enumerate(parameters):  # (torch's own error for an integer tensor named no parameter)
+            if not isinstance(p, Tensor):
+                raise TypeError(f"parameters[{i}] must be a torch.Tensor, got {type(p).__name__}; convert it with "
+                                "torch.as_tensor(..., dtype=torch.float32).")
+            if not p.is_floating_point():
+                raise TypeError(f"parameters[{i}] must be a real floating-point tensor (the samplers move it by "
+                                f"gradients), got dtype {p.dtype}; convert it with .float() or .double().")
         self.fn = fn
         self.parameters = [p.detach().clone().requires_grad_(True) for p in parameters]
         self.gradient_noise = float(gradient_noise)

@@ -92,7 +92,9 @@ class Trace:
         self.shapes: list[torch.Size] = []
         self._buffer: Tensor | None = None  # (n_slots, n_draws, D)
         self._steps = np.zeros((self.n_slots, self.n_draws), dtype=np.int64)
-        self._stats: dict[str, np.ndarray] = {"potential": np.zeros((self.n_slots, self.n_draws))}
+        # (NaN until a draw is offered with its potential: a draw offered without statistics has no potential, not
+        # one of 0.0, which a diagnostic would have read as a value)
+        self._stats: dict[str, np.ndarray] = {"potential": np.full((self.n_slots, self.n_draws), np.nan)}
         self._stored = np.zeros(self.n_slots, dtype=np.int64)
         self._next = np.zeros(self.n_slots, dtype=np.int64)  # ring positions
         self.n_candidates = np.zeros(self.n_slots, dtype=np.int64)
@@ -137,7 +139,8 @@ class Trace:
             With a chain axis each tensor has a leading axis of ``n_slots``; otherwise one chain's parameters.
         stats : mapping of str to Tensor, array or float, optional
             The step's statistics, scalars or shape ``(n_slots,)``: stored with the draws (``potential``
-            among them). Only the slots that store a draw are copied to the host.
+            among them). Only the slots that store a draw are copied to the host. A statistic not given is NaN at
+            that draw (the potential too: ``as_array(potentials=True)`` reads NaN, which the diagnostics skip).
         is_draw : bool, ndarray or Tensor of bool, shape (n_slots,)
             The sampler's candidate flags; retired slots are never candidates.
 

@@ -152,6 +152,17 @@ def test_trace_keeps_each_slot_apart():
         Trace.concatenate([trace, Trace(n_draws=4)])
 
 
+def test_a_draw_offered_without_statistics_has_no_potential():
+    """A trace offered positions without statistics held potentials of 0.0, which its diagnostics read as values
+    (a potential R-hat of a constant chain); they are NaN, which the diagnostics skip (stop 50's finding)."""
+    trace = Trace(n_draws=10, n_slots=2)
+    for step in range(1, 11):
+        trace.offer(step, [torch.randn(2, 3)], None, True)
+    assert np.isnan(trace.as_array(potentials=True)).all()
+    assert "potential" not in chain_summaries(trace.as_array(), trace.as_array(potentials=True))
+    assert "projection_0" in chain_summaries(trace.as_array(), trace.as_array(potentials=True))
+
+
 def test_draws_in_order_are_views_and_wrapped_ones_are_gathered_in_order():
     """Prediction reads every draw at each call: a slot whose draws lie in order in the ring is handed out as a
     view of the buffer (no copy); one that wrapped around is gathered oldest first. Both equal the draws."""

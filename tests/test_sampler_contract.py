@@ -295,6 +295,25 @@ def test_a_summed_potential_of_several_members_is_refused_where_each_members_is_
         sampler.step(sampler.init(pot.parameters, 0), pot, None)
 
 
+def test_a_function_potential_refuses_parameters_it_cannot_move():
+    """Integer or complex tensors, or plain lists, as a FunctionPotential's parameters: a TypeError that names the
+    parameter and the conversion (before: torch's "only Tensors of floating point dtype can require gradients" for
+    an integer tensor, "'list' object has no attribute 'detach'" for a list, and a complex tensor accepted)."""
+    fn = lambda p, b: (p[0] ** 2).sum()  # noqa: E731
+    for bad, words in ((torch.zeros(3, dtype=torch.int64), r"parameters\[1\] must be a real floating-point tensor .* "
+                        r"dtype torch.int64; convert it with .float\(\)"),
+                       (torch.zeros(3, dtype=torch.complex64), "real floating-point tensor .* torch.complex64"),
+                       ([0.0, 1.0], r"parameters\[1\] must be a torch.Tensor, got list")):
+        with pytest.raises(TypeError, match=words):
+            FunctionPotential(fn, [torch.zeros(2), bad])
+    with pytest.raises(ValueError, match="at least one tensor"):
+        FunctionPotential(fn, [])
+    with pytest.raises(TypeError, match="fn must be a callable"):
+        FunctionPotential("x ** 2", [torch.zeros(2)])
+    ok = FunctionPotential(fn, (t for t in [torch.ones(2, dtype=torch.float64)]))  # any iterable of float tensors
+    assert ok.value_and_grad()[1][0].tolist() == [2.0, 2.0]
+
+
 # ---------------------------------------------------------------------- #
 # settings changed after init()
 # ---------------------------------------------------------------------- #
