@@ -170,6 +170,35 @@ class GaussianLikelihood(nn.Module):
         resid2 = (y - mean).square() * torch.exp(-gamma).unsqueeze(1)  # (S, n, k)
         return -0.5 * (gamma.sum(1, keepdim=True) + k * math.log(2 * math.pi) + resid2.sum(2))
 
+    @torch.no_grad()
+    def conditional_draw(self, mean: Tensor, y: Tensor, parameters, n_data: int, rng) -> list[Tensor] | None:
+        r"""Every member's ``log_noise_variance`` drawn from its conditional given the network's outputs: the
+        inverse-gamma prior is conjugate, so :math:`\sigma_k^2 \mid \theta \sim \mathrm{IG}(a + N/2,\; b +
+        \tfrac{N}{2n}|y_k - \mu_k|^2)`, the ``n`` rows of ``y`` (n, k) standing for ``N = n_data`` (exact on the
+        full data). ``mean`` (S, n, k); ``parameters`` = ``[log_noise_variance (S, k)]``; ``rng`` the chains'
+        :class:`~bayesnet.samplers.random.ChainRandom` (each chain's draw from its own stream). Returns the new
+        ``[log_noise_variance]`` (float64; non-finite where a member's outputs were), or None for a subclass with
+        its own forms or a shape :math:`a + N/2` below 1."""
+        if not _own_forms(self, GaussianLikelihood):
+            return None
+        (gamma,) = parameters
+        n = y.shape[0]
+        N = max(int(n_data), n)
+        alpha = self.noise_shape + 0.5 * N
+        if alpha < 1.0:  # (the vectorised gamma draw takes shapes >= 1; N >= 2 rows give them)
+            return None
+        resid2 = (y.double() - mean.double()).square().sum(1)  # (S, k)
+        rate = self.noise_scale + 0.5 * (N / n) * resid2
+        draw = rng.gamma(torch.full_like(resid2, alpha), check=False).reshape(resid2.shape)
+        return [torch.log(rate / draw)]
+
+    def conditional_spread(self, n_data: int) -> float:
+        r"""The standard deviation of ``log_noise_variance`` under its conditional
+        (:meth:`conditional_draw`) on ``n_data`` rows: :math:`\sqrt{\psi_1(a + N/2)}` (the trigamma function),
+        about :math:`\sqrt{2/N}`."""
+        return float(torch.special.polygamma(1, torch.tensor(self.noise_shape + 0.5 * int(n_data),
+                                                              dtype=torch.float64)).sqrt())
+
     def curvature_weight(self, parameters) -> Tensor:
         r"""The factor by which the data term's curvature scales with the noise, per member: the largest
         :math:`1/\sigma_k^2 = e^{-\gamma_k}`, ``[log_noise_variance (S, k)]`` -> (S,), float64. The warm-up measures the

@@ -498,6 +498,32 @@ class ChainPosterior:
         terms = getattr(self.prior, "hyperparameter_terms", None)
         return None if terms is None else terms(self.network_parameters)
 
+    @torch.no_grad()
+    def likelihood_update(self, batches, rng, lag: float | None = None) -> bool:
+        """Draw the likelihood's own parameters (a regressor's noise variance) of every member from their
+        conditional given the network's outputs on ``batches`` (their rows together standing for the ``n_data``
+        rows; :meth:`~bayesnet.likelihoods.GaussianLikelihood.conditional_draw`), in place; a member whose draw is
+        not finite keeps its values. With ``lag``, a value is replaced only where it lies above its draw by more
+        than ``lag`` times the conditional's standard deviation (the likelihood's ``conditional_spread``; every
+        value, without one). The warm-up's (:func:`bayesnet.samplers.warmup.settle_likelihood`). False, with
+        nothing changed, for a likelihood without such a draw (categorical) or without parameters."""
+        draw = getattr(self.likelihood, "conditional_draw", None)
+        lik = self.parameters[len(self.net_names):]
+        if draw is None or not lik or not batches:
+            return False
+        X = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        new = draw(self.outputs(X), y, lik, self.n_data, rng)
+        if new is None:
+            return False
+        spread = getattr(self.likelihood, "conditional_spread", None)
+        margin = None if lag is None or spread is None else float(lag) * spread(self.n_data)
+        for p, q in zip(lik, new):
+            finite = torch.isfinite(q).reshape(q.shape[0], -1).all(1).reshape((-1,) + (1,) * (q.ndim - 1))
+            take = finite if margin is None else finite & (p.double() > q + margin)
+            p.copy_(torch.where(take, q.to(p.dtype), p))
+        return True
+
     def curvature_weight(self) -> Tensor | None:
         """The likelihood's :meth:`~bayesnet.likelihoods.GaussianLikelihood.curvature_weight` at the current
         positions, shape ``(S,)`` (how the data term's curvature scales with the likelihood's own parameters), or
