@@ -32,7 +32,8 @@ def expected_calibration_error(y_true, proba, n_bins: int = 15, classes=None) ->
     ValueError
         If ``proba`` is not 2-D, holds no row, or values that are not probabilities (outside [0, 1], or not
         finite), ``y_true`` (a column ``(n_samples, 1)`` is taken as 1-D) has another number of rows,
-        ``n_bins`` is not a positive integer, or ``classes`` has not one label per column.
+        ``n_bins`` is not a positive integer, ``classes`` has not one label per column, or, without ``classes``,
+        ``y_true`` holds values that are not column indices ``0..K-1``.
     """
     proba = np.asarray(proba, dtype=np.float64)
     y_true = _one_dimensional(np.asarray(y_true), "y_true")
@@ -47,6 +48,16 @@ def expected_calibration_error(y_true, proba, n_bins: int = 15, classes=None) ->
         raise ValueError("proba must hold probabilities, finite and in [0, 1].")
     if classes is not None and len(np.asarray(classes)) != proba.shape[1]:
         raise ValueError(f"classes has {len(np.asarray(classes))} labels for {proba.shape[1]} columns of proba.")
+    if classes is None:  # column indices: labels that are not (a helper's user test: labels {1, 2}, or strings,
+        # counted every row wrong and gave about the mean confidence, silently)
+        try:
+            index = y_true.astype(np.float64)
+        except (TypeError, ValueError):
+            index = None
+        if index is None or not np.all((index == np.round(index)) & (index >= 0) & (index < proba.shape[1])):
+            raise ValueError(f"without classes, y_true must hold the column indices 0..{proba.shape[1] - 1} of "
+                             f"proba; got labels {np.unique(y_true)[:5].tolist()}. Pass classes=est.classes_ (the "
+                             "label of each column).")
     pred = np.argmax(proba, axis=1)
     if classes is not None:
         pred = np.asarray(classes)[pred]

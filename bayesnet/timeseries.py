@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from numbers import Integral
 
 import numpy as np
@@ -43,15 +44,17 @@ def make_forecasting_windows(series, n_lags: int, horizon: int = 1, stride: int 
     Raises
     ------
     ValueError
-        If the series is not one-dimensional, holds complex numbers or strings, contains NaN/inf, or is too
+        If the series is not one-dimensional, holds complex numbers, strings, dates or durations, contains NaN/inf, or is too
         short.
     """
     raw = np.asarray(series)
-    if raw.dtype.kind in "cUS" or (raw.dtype.kind == "O" and any(
-            isinstance(v, (str, bytes, complex, np.complexfloating)) for v in raw.ravel())):
-        # (before: complex values lost their imaginary part with a ComplexWarning, strings of numbers were parsed)
+    if raw.dtype.kind in "cUSMm" or (raw.dtype.kind == "O" and any(
+            isinstance(v, (str, bytes, complex, np.complexfloating, np.datetime64, np.timedelta64, datetime.date,
+                           datetime.timedelta)) for v in raw.ravel())):
+        # (before: complex values lost their imaginary part with a ComplexWarning, strings of numbers were parsed,
+        # dates and durations became nanosecond counts)
         raise ValueError(f"series must hold real numbers, got {raw.dtype.name if raw.dtype.kind != 'O' else 'objects'}"
-                         " (complex numbers or strings).")
+                         " (complex numbers, strings, dates or durations).")
     y = np.asarray(series, dtype=np.float64)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]

@@ -55,6 +55,12 @@ def test_the_metrics_refuse_shapes_they_would_broadcast():
                           (dict(n_bins=-3), "n_bins must be a positive integer"),
                           (dict(proba=P * 5), "proba must hold probabilities"),
                           (dict(classes=[0]), "classes has 1 labels for 2 columns"),
-                          (dict(y_true=labels[:0], proba=P[:0]), "proba holds no row")):
+                          (dict(y_true=labels[:0], proba=P[:0]), "proba holds no row"),
+                          # labels that are not column indices, without classes (a helper's user test: labels {1, 2}
+                          # or strings counted every row wrong, an ECE of about the mean confidence, silently)
+                          (dict(y_true=labels + 1), r"column indices 0..1 of proba; got labels \[1, 2\]"),
+                          (dict(y_true=np.where(labels, "yes", "no")), "Pass classes=est.classes_")):
         with pytest.raises(ValueError, match=words):
             expected_calibration_error(**{"y_true": labels, "proba": P, **kwargs})
+    assert expected_calibration_error(labels + 1, P, classes=[1, 2]) == 0.0
+    assert expected_calibration_error(np.where(labels, "yes", "no"), P, classes=["no", "yes"]) == 0.0

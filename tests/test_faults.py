@@ -767,6 +767,28 @@ def test_max_epochs_shorter_than_the_burn_in_warns(iris):
     assert est.fit_status_["status"] == "short"
 
 
+def test_a_run_max_epochs_cut_inside_its_burn_in_continues_to_its_draws(iris):
+    """A helper's user test: a fit that max_epochs cut inside its burn-in (25 of 50 steps, no draw), continued by
+    partial_fit with max_epochs=None, took its n_draws * thinning steps from where it stood, most of them burn-in,
+    and ended short again (8 of 20 draws in the helper's case). It now runs past the burn-in to its n_draws draws,
+    as a fresh plan does; with max_epochs set, a call runs that many epochs more."""
+    X, y = iris
+    est = BayesianMLPClassifier((8,), n_draws=10, burn_in=50, max_epochs=5, batch_size=30, random_state=0)
+    fit_recording(est, X, y)
+    assert est.fit_status_["steps_taken"] == 25 and est.fit_status_["draws_kept"] == 0
+    est.set_params(max_epochs=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.partial_fit(X, y)
+    status = est.fit_status_
+    assert status["status"] == "complete" and status["draws_kept"] == 10, status
+    taken = status["steps_taken"]
+    assert taken == 50 + 10 * est.trace_.thinning
+    est.set_params(max_epochs=2)
+    est.partial_fit(X, y)
+    assert est.fit_status_["steps_taken"] == taken + 2 * 5
+
+
 def test_max_epochs_too_short_for_n_draws_warns(iris):
     """Before: 20 of 100 draws, and no warning."""
     X, y = iris

@@ -26,9 +26,14 @@ def test_windows_and_embedding():
         TakensEmbedding(dimension=2, delay=3).fit(X).set_params(delay=0).transform(X)
     with pytest.raises(ValueError, match="NaN"):
         make_forecasting_windows([1.0, np.nan, 2.0, 3.0], n_lags=1)
+    import pandas as pd
+
     # complex values and strings (a helper's user test: the real part was kept with a ComplexWarning, strings parsed)
     for bad in (np.sin(np.arange(20)) + 1j, np.array([str(v) for v in range(20)]), [1.0, "2", 3.0] * 5,
-                np.array([np.complex64(1 + 2j)] + [float(i) for i in range(19)], dtype=object)):
+                np.array([np.complex64(1 + 2j)] + [float(i) for i in range(19)], dtype=object),
+                # dates and durations (a helper's user test: taken as nanosecond counts; as objects, a TypeError)
+                pd.Series(pd.date_range("2000", periods=20)), pd.Series(pd.to_timedelta(np.arange(20), "D")),
+                np.array(list(pd.date_range("2000", periods=20)), dtype=object)):
         with pytest.raises(ValueError, match="series must hold real numbers"):
             make_forecasting_windows(bad, n_lags=2)
     assert make_forecasting_windows(np.arange(20), n_lags=2)[0].dtype == np.float64  # integers are numbers
@@ -38,8 +43,6 @@ def test_windows_and_embedding():
     with pytest.raises(ValueError, match="input_features should have length equal to number of features"):
         takens.get_feature_names_out(["a", "b"])
     # a series itself, where the lag matrix belongs: the way to build it (before: "Expected 2D array")
-    import pandas as pd
-
     for series in (s, pd.Series(s), list(s)):
         with pytest.raises(ValueError, match=r"not a series: .*make_forecasting_windows\(series, n_lags=...\)"):
             TakensEmbedding(dimension=3, delay=2).fit(series)
