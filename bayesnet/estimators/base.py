@@ -640,7 +640,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         A fresh estimator (or one re-initialised by :meth:`fit`) starts new chains and runs
         ``burn_in + n_draws * thinning`` steps (times the sampler's steps per draw; ``max_epochs`` epochs when
         set). Otherwise the chains continue: an interrupted run continues its planned steps exactly where it
-        stopped (mid-epoch included), a completed one takes ``n_draws`` new draws per chain, which replace the old
+        stopped (mid-epoch included), a completed one takes ``n_draws`` new draws per chain (after the burn-in, where a
+        run that ``max_epochs`` cut ended inside it), which replace the old
         ones (the trace keeps the latest ``n_draws`` per chain: a continued run's draws come from later in the
         chain, not in addition to the earlier ones). Each call samples the posterior given its own ``(X, y)``:
         earlier calls' data shape only where the chains start (this is not incremental learning over chunks;
