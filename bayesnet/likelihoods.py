@@ -183,7 +183,7 @@ class GaussianLikelihood(nn.Module):
             return None
         (gamma,) = parameters
         n = y.shape[0]
-        N = max(int(n_data), n)
+        N = int(n_data)  # (rows given more than once, as the warm-up's last full batches are, count N/n each)
         alpha = self.noise_shape + 0.5 * N
         if alpha < 1.0:  # (the vectorised gamma draw takes shapes >= 1; N >= 2 rows give them)
             return None

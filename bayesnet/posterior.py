@@ -465,7 +465,10 @@ class ChainPosterior:
         y = torch.cat([b[1] for b in batches])
         net, lik = self.network_parameters, self.parameters[len(self.net_names):]
         S, B = net[0].shape[0], y.shape[0]
-        N = max(self.n_data, B)
+        # the rows stand for the N rows of the data, each counted N/B times; the warm-up's last batches may give rows
+        # more than once (on the full data, four copies of it: counted as 4N rows before, the likelihood's change
+        # was four times its value and the noise penalty, negative, a bonus; a reviewer's finding)
+        N = self.n_data
         per_chain = S // rng.n_chains
 
         def rows():  # (S, B) float64
@@ -482,7 +485,7 @@ class ChainPosterior:
             proposed = rows()
             change = proposed - current
             estimate = (N / B) * change.sum(1)
-            variance = (N * N / B) * (1.0 - B / N) * change.var(1, correction=1) if B > 1 else 0.0
+            variance = (N * N / B) * max(1.0 - B / N, 0.0) * change.var(1, correction=1) if B > 1 else 0.0
             ok = log_u < estimate - 0.5 * variance + ratio(net, k, s)  # NaN: rejected
             p.copy_(torch.where(ok.reshape(shape), p, old))
             self.prior.rescale(net, k, s, ok)
@@ -499,30 +502,38 @@ class ChainPosterior:
         return None if terms is None else terms(self.network_parameters)
 
     @torch.no_grad()
-    def likelihood_update(self, batches, rng, lag: float | None = None) -> bool:
+    def likelihood_update(self, batches, rng, lag: float | None = None) -> dict:
         """Draw the likelihood's own parameters (a regressor's noise variance) of every member from their
         conditional given the network's outputs on ``batches`` (their rows together standing for the ``n_data``
         rows; :meth:`~bayesnet.likelihoods.GaussianLikelihood.conditional_draw`), in place; a member whose draw is
         not finite keeps its values. With ``lag``, a value is replaced only where it lies above its draw by more
         than ``lag`` times the conditional's standard deviation (the likelihood's ``conditional_spread``; every
-        value, without one). The warm-up's (:func:`bayesnet.samplers.warmup.settle_likelihood`). False, with
-        nothing changed, for a likelihood without such a draw (categorical) or without parameters."""
+        value, without one). The warm-up's (:func:`bayesnet.samplers.warmup.settle_likelihood`).
+
+        Returns
+        -------
+        dict of int to Tensor
+            For each parameter tensor drawn (its index in :attr:`parameters`), the members whose values changed,
+            bool ``(S,)``; empty, with nothing changed, for a likelihood without such a draw (categorical) or
+            without parameters."""
         draw = getattr(self.likelihood, "conditional_draw", None)
         lik = self.parameters[len(self.net_names):]
         if draw is None or not lik or not batches:
-            return False
+            return {}
         X = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])
         new = draw(self.outputs(X), y, lik, self.n_data, rng)
         if new is None:
-            return False
+            return {}
         spread = getattr(self.likelihood, "conditional_spread", None)
         margin = None if lag is None or spread is None else float(lag) * spread(self.n_data)
-        for p, q in zip(lik, new):
+        moved = {}
+        for k, (p, q) in enumerate(zip(lik, new)):
             finite = torch.isfinite(q).reshape(q.shape[0], -1).all(1).reshape((-1,) + (1,) * (q.ndim - 1))
             take = finite if margin is None else finite & (p.double() > q + margin)
             p.copy_(torch.where(take, q.to(p.dtype), p))
-        return True
+            moved[len(self.net_names) + k] = take.reshape(take.shape[0], -1).any(1)
+        return moved
 
     def curvature_weight(self) -> Tensor | None:
         """The likelihood's :meth:`~bayesnet.likelihoods.GaussianLikelihood.curvature_weight` at the current

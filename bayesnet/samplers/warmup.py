@@ -988,7 +988,25 @@ def settle_likelihood(sampler, state, potential) -> bool:
     if warm is None or not warm.recent or tuple(float(t) for t in sampler.temperature_range()) != (1.0, 1.0):
         return False
     update = getattr(potential, "likelihood_update", None)
-    return bool(update is not None and update(warm.recent, state.rng, lag=NOISE_LAG))
+    moved = None if update is None else update(warm.recent, state.rng, lag=NOISE_LAG)
+    if not moved:
+        return False
+
+    def patched(positions):  # (new lists: the fallback's tensors are shared with the kept spots, never changed)
+        if positions is None:
+            return None
+        out = list(positions)
+        for k, take in moved.items():
+            out[k] = torch.where(member_mask(take, out[k], state.layout), state.position[k].detach(), out[k])
+        return out
+
+    # the guard's fallback, the positions a check offered as the next one and those kept for the frozen step's
+    # curvature take the new values too: a restart would otherwise put the lagging noise back (and freeze it, in
+    # the final window), and a spot measured at it would understate its data term's curvature (a reviewer's finding)
+    warm.backup, warm.candidate = patched(warm.backup), patched(warm.candidate)
+    if warm.spots:
+        warm.spots = [patched(spot) for spot in warm.spots]
+    return True
 
 
 def watch(potential, warm: WarmUp, step: int = 0) -> Any:
