@@ -44,8 +44,8 @@ def make_forecasting_windows(series, n_lags: int, horizon: int = 1, stride: int 
     Raises
     ------
     ValueError
-        If the series is not one-dimensional, holds complex numbers, strings, dates or durations, contains NaN/inf, or is too
-        short.
+        If the series is not one-dimensional, holds complex numbers, strings, dates or durations, contains
+        NaN/inf, or is too short.
     """
     raw = np.asarray(series)
     if raw.dtype.kind in "cUSMm" or (raw.dtype.kind == "O" and any(
