@@ -1612,3 +1612,41 @@ def test_with_n_jobs_the_warnings_and_errors_read_every_group(iris):
     with pytest.raises(DivergenceError, match=r"all 4 sgld chains \(0, 1, 2, 3\) diverged"):
         BayesianMLPClassifier((8,), burn_in=200, n_draws=20, random_state=0, sampler="sgld", sampler__step_size=10.0,
                               n_chains=4, n_jobs=2).fit(X, y)
+
+
+def test_sampler_settings_set_on_a_sampler_instance_set_the_instance(iris):
+    """Stop 53's user test: a grid search over ``sampler__friction`` from ``sampler=SGHMC(...)`` warned "overridden"
+    at every candidate it moved off the instance's value. ``set_params(sampler__<name>=...)`` with an instance sets
+    the instance's own setting (scikit-learn's nested parameters), in either order beside a new instance; only a
+    value set beside the instance in the constructor (or before a new instance) overrides it, with the warning."""
+    from sklearn.model_selection import GridSearchCV
+
+    from bayesnet.samplers.sghmc import SGHMC
+
+    X, y = iris
+    est = BayesianMLPClassifier((8,), burn_in=200, n_draws=10, random_state=0, sampler=SGHMC(friction=0.5))
+    est.set_params(sampler__friction=0.2)
+    assert est.sampler.friction == 0.2 and est.get_params()["sampler__friction"] == 0.2
+    assert "sampler__friction" not in est.get_params(deep=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+        assert est.sampler_.friction == 0.2
+        search = GridSearchCV(BayesianMLPClassifier((8,), burn_in=200, n_draws=10, random_state=0,
+                                                    sampler=SGHMC(friction=0.5)),
+                              {"sampler__friction": [0.05, 0.5]}, cv=2, refit=False).fit(X, y)
+    assert [p["sampler__friction"] for p in search.cv_results_["params"]] == [0.05, 0.5]
+    for keys in (("sampler", "sampler__friction"), ("sampler__friction", "sampler")):  # (one call, either order)
+        values = {"sampler": SGHMC(friction=0.5), "sampler__friction": 0.3}
+        est = BayesianMLPClassifier((8,)).set_params(**{k: values[k] for k in keys})
+        assert est.sampler.friction == 0.3 and est.get_params()["sampler__friction"] == 0.3
+    # a value set beside the instance in the constructor still overrides it, and is what set_params then moves
+    est = BayesianMLPClassifier((8,), sampler=SGHMC(friction=0.5), sampler__friction=0.2)
+    assert est.get_params()["sampler__friction"] == 0.2
+    est.set_params(sampler__friction=0.1)
+    assert est.get_params()["sampler__friction"] == 0.1 and "sampler__friction" not in vars(est)
+    # a name the instance does not have stays a setting beside it, refused at fit with the valid names
+    est = BayesianMLPClassifier((8,), burn_in=200, n_draws=10, sampler=SGHMC()).set_params(sampler__bogus=1)
+    with pytest.raises(TypeError, match="bogus"):
+        est.fit(X, y)

@@ -353,7 +353,10 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def set_params(self, **params):
         """Set parameters; ``sampler``, ``sampler__*``, ``compile`` and ``compile__*`` take effect at the next
         ``fit``/``partial_fit`` (skorch would re-initialise a fitted net's module for the latter two, losing its
-        chains and draws). skorch's ``module__*``, ``optimizer__*``, ``criterion__*``, ``iterator_valid__*`` and
+        chains and draws). With a sampler instance as ``sampler``, ``sampler__<name>`` for one of its settings sets
+        the instance's own (scikit-learn's nested parameters, as a grid search over ``sampler__friction`` from
+        ``sampler=SGHMC()`` expects); one set in the constructor beside the instance overrides it instead, with a
+        warning at ``fit``. skorch's ``module__*``, ``optimizer__*``, ``criterion__*``, ``iterator_valid__*`` and
         ``dataset__*`` are refused before anything changes (skorch would re-initialise a fitted net's module for
         them, and the estimator has none of these parts), as are skorch's ``lr``, ``optimizer``, ``module``, ... set
         to another value than they hold (unchanged, as in ``set_params(**get_params())``, they are passed over).
@@ -372,7 +375,18 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             raise self._unused_skorch_error(", ".join(refused))
         deferred = {k: v for k, v in params.items()
                     if k in ("sampler", "compile") or k.startswith(("sampler__", "compile__"))}
+        if "sampler" in deferred:  # (scikit-learn's order: the sampler first, then the settings that address it)
+            deferred = {"sampler": deferred.pop("sampler"), **deferred}
         for key, val in deferred.items():
+            name = key[len("sampler__"):]
+            if (key.startswith("sampler__") and isinstance(self.sampler, Sampler)
+                    and name in self.sampler.get_params(deep=False)):
+                # scikit-learn's nested parameter: the instance's own setting (a grid over sampler__friction from
+                # sampler=SGHMC(...) warned "overridden" at every candidate the grid moved off the instance's value)
+                self.sampler.set_params(**{name: val})
+                vars(self).pop(key, None)  # (a value set beside the instance before would override this one)
+                self._params_to_validate.discard(key)
+                continue
             setattr(self, key, val)
             self._params_to_validate.add(key)
         rest = {k: v for k, v in params.items() if k not in deferred}
