@@ -85,8 +85,11 @@ class _Encoder:
     def __init__(self):
         self.tensors: dict[str, torch.Tensor] = {}
 
-    def value(self, v, key: str):
-        """A JSON-able form of ``v``; arrays become references to tensors named ``key``."""
+    def value(self, v, key: str, where: str | None = None):
+        """A JSON-able form of ``v``; arrays become references to tensors named ``key``. ``where`` names ``v`` in
+        an error, as the user wrote it (``metadata['notes'][1]``; by default ``key``, whose entries are numbered
+        for the tensors' names)."""
+        where = key if where is None else where
         if v is None or isinstance(v, (bool, str)):
             return v
         if isinstance(v, np.bool_):
@@ -97,19 +100,20 @@ class _Encoder:
             f = float(v)
             return f if np.isfinite(f) else {"__float__": repr(f)}
         if isinstance(v, tuple):
-            return {"__tuple__": [self.value(x, f"{key}.{i}") for i, x in enumerate(v)]}
+            return {"__tuple__": [self.value(x, f"{key}.{i}", f"{where}[{i}]") for i, x in enumerate(v)]}
         if isinstance(v, list):
-            return [self.value(x, f"{key}.{i}") for i, x in enumerate(v)]
+            return [self.value(x, f"{key}.{i}", f"{where}[{i}]") for i, x in enumerate(v)]
         if isinstance(v, dict):
-            return {"__dict__": [[self.value(k, f"{key}.k{i}"), self.value(x, f"{key}.{i}")]
-                                 for i, (k, x) in enumerate(v.items())]}
+            return {"__dict__": [[self.value(k, f"{key}.k{i}", f"a key of {where}"),
+                                  self.value(x, f"{key}.{i}", f"{where}[{k!r}]")] for i, (k, x) in enumerate(v.items())]}
         if isinstance(v, (np.ndarray, torch.Tensor)):
             a = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
             if a.dtype.kind in "OUS":  # strings (class labels, feature names)
                 return {"__strings__": [str(x) for x in a.reshape(-1)], "shape": list(a.shape), "kind": a.dtype.kind}
             self.tensors[key] = torch.from_numpy(np.ascontiguousarray(a))
             return {"__array__": key}
-        raise TypeError(f"cannot write {type(v).__name__} ({key}) to a model file safely")
+        raise TypeError(f"cannot write {type(v).__name__} ({where}) to a model file safely: it holds plain data (None, "
+                        "bool, int, float, str, lists, tuples and dicts of these, NumPy arrays and tensors).")
 
 
 def _decode(v, tensors):
@@ -287,7 +291,7 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     path : str or PathLike
         The file to write (conventionally ``*.bayesnet``); written to a temporary file, then renamed.
     metadata : dict, optional
-        Plain data (str, numbers, lists, dicts) stored with the model and returned by ``load(...,
+        Plain data (None, bool, str, numbers, lists, tuples, dicts, NumPy arrays, tensors) stored with the model and returned by ``load(...,
         return_metadata=True)``.
 
     Raises
@@ -295,7 +299,8 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     sklearn.exceptions.NotFittedError
         If the estimator is not fitted.
     TypeError
-        For a model, or a pipeline step, of a class the format does not hold.
+        For a model, or a pipeline step, of a class the format does not hold, or a ``metadata`` value that is not
+        plain data (the message names it: ``metadata['notes'][1]``).
     ValueError
         For a parameter that is not plain data (a callable, a custom prior object).
     OSError

@@ -362,6 +362,15 @@ def test_what_cannot_be_saved_safely_is_refused(tmp_path):
     meta = bayesnet.load(os.fsencode(tmp_path / "e.bayesnet"), return_metadata=True)[1]
     assert meta["none"].shape == (0,) and meta["none"].dtype.kind == "U"
     np.testing.assert_array_equal(meta["grid"], [["a", "bc"]])
+    # a value it cannot write is named as the caller wrote it (stop 53's user test: "metadata.0", the tensors' name)
+    import datetime
+
+    for bad, where in (({"notes": [1, datetime.date(2026, 1, 1)]}, r"date \(metadata\['notes'\]\[1\]\)"),
+                       ({"a": {"b": object()}}, r"object \(metadata\['a'\]\['b'\]\)"),
+                       ({object(): 1}, r"object \(a key of metadata\)")):
+        with pytest.raises(TypeError, match=where + " to a model file safely: it holds plain data"):
+            bayesnet.save(pipe[-1], tmp_path / "bad.bayesnet", metadata=bad)
+        assert not (tmp_path / "bad.bayesnet").exists()
 
 
 def test_a_cuda_fitted_model_loads_on_the_cpu(tmp_path, monkeypatch):
