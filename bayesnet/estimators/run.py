@@ -1052,9 +1052,26 @@ def _step_advice(net, state) -> str:
     """What to change after a hot or diverged chain: a smaller step, and the inputs' scale unless the estimator
     standardises them already."""
     hint = net.sampler_.divergence_hint(state)
-    if getattr(net, "input_mean_", None) is not None:
-        return f"Set a smaller step size (now {hint})"
-    return f"Standardise the inputs (standardize_inputs=True), or set a smaller step size (now {hint})"
+    advice = (f"Set a smaller step size (now {hint})" if getattr(net, "input_mean_", None) is not None
+              else f"Standardise the inputs (standardize_inputs=True), or set a smaller step size (now {hint})")
+    smaller = _smaller_batches(net)
+    return advice if smaller is None else f"{smaller}; or: {advice[0].lower()}{advice[1:]}"
+
+
+def _smaller_batches(net) -> str | None:
+    """Why chains continued on smaller mini-batches than their warm-up measured may run hot, as the fix's first
+    words (a helper's user test: ``set_params(batch_size=4)`` before ``partial_fit`` ran the frozen step at kinetic
+    temperature 1.4, and the warning asked for a smaller step only); None when the batches are not smaller."""
+    plan = getattr(net, "plan_", None)
+    n_data = getattr(net, "n_train_", None)
+    if plan is None or n_data is None or net.batch_size is None:
+        return None
+    now = resolve_batch_size(net.batch_size, int(n_data), net.sampler_.full_batch)
+    if now >= min(plan.batch_size, int(n_data)):  # (the full data has no gradient noise)
+        return None
+    return (f"The chains continued on mini-batches of {now} rows (batch_size={net.batch_size!r}), smaller than the "
+            f"{plan.batch_size} the warm-up measured the step size with: their gradient noise is larger than the step "
+            "allows for. Fit anew (warm_start=False) to warm up at this batch size, or set batch_size back")
 
 
 def user_stacklevel() -> int:
