@@ -732,6 +732,28 @@ def test_tacthmc_final_window_holds_the_tempering_and_the_freeze_resumes_it():
     assert (heat[200:] > 1.0 + 1e-9).any(dim=0).all()  # every chain tempers again after the freeze
 
 
+@pytest.mark.parametrize("biasing", ["metadynamics", "abf"])
+def test_tacthmc_final_window_leaves_the_biasing_table_as_it_was(biasing):
+    """A reviewer's finding: the held final window ran the whole update at ``xi = 0``, so metadynamics deposited a
+    hill on the centre's bin at every held step (20 times the table's largest value elsewhere), and the chains
+    stayed off the plateau after the freeze; ABF averaged the held steps' zero force into a bin straddling the
+    plateau's edge. The table and its visits are the same at the freeze as at the final window's start."""
+    sampler = make_sampler("tacthmc", adaptation_steps=200, biasing=biasing, n_bins=3 if biasing == "abf" else 50)
+    g = torch.Generator().manual_seed(0)
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.randn(4, 6, generator=g, dtype=torch.float64)])
+    state = sampler.init(pot.parameters, 0, n_chains=4)
+    final = state.warmup.ends[-2]
+    for k in range(1, 201):
+        state, _ = sampler.step(state, pot, None)
+        if k == final:
+            table = state.bias.clone(), state.bin_visits.clone()
+    assert torch.equal(state.bias, table[0]) and torch.equal(state.bin_visits, table[1])
+    assert table[1].sum() == 4 * final  # (it learnt before the window: one visit per chain and step)
+    for _ in range(100):  # and learns again after the freeze
+        state, _ = sampler.step(state, pot, None)
+    assert state.bin_visits.sum() == 4 * (final + 100)
+
+
 def test_the_noise_variance_draw_is_its_conjugate_conditional():
     """A regressor's noise variance given the outputs: sigma^2 ~ IG(a + N/2, b + (N/n) |y - mu|^2 / 2), each chain
     from its own stream; checked against the inverse-gamma's mean and variance over 4,000 members."""

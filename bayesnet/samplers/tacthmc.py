@@ -554,9 +554,10 @@ class TACTHMC(Sampler):
     def _tempering_paused(self, state: TACTHMCState) -> bool:
         r"""Whether this step belongs to the warm-up's final window, which runs the kernel with the tempering
         variable held at the plateau's centre (:math:`\xi = 0`, :math:`\lambda = 1`, at rest), until the freeze
-        draws its momentum afresh (:meth:`warmup_frozen`). There :math:`\lambda'(\xi) = 0`: the step is the kernel's
-        own at :math:`\xi = 0` (its thermostat unchanged, the biasing table learning the zero force of the centre's
-        bin), with the tempering variable put back after the biasing force's nudge.
+        draws its momentum afresh (:meth:`warmup_frozen`). There :math:`\lambda'(\xi) = 0`: the network's
+        coordinates and thermostat take the kernel's own step at :math:`\xi = 0`; the tempering variable is put back
+        after the biasing force's nudge, and the biasing table is left as it was (a metadynamics hill deposited at
+        every held step, all on the centre's bin, kept the chains off the plateau after the freeze).
 
         The final window tries the step size the warm-up freezes (a restart or a hot window there halves it and
         reports the warm-up unsettled), and a step is least stable at :math:`\lambda = 1`: the kick and noise carry
@@ -565,7 +566,8 @@ class TACTHMC(Sampler):
         a chain with 0-37 % of its final window on the plateau froze at 2.5x the rule's step under a settled report,
         and left the typical set after the freeze; 2 of 12 now)."""
         warm = state.warmup
-        return self.tempering and warm is not None and len(warm.ends) > 1 and state.step >= warm.ends[-2]
+        return (self.tempering and warm is not None and warm.adapt_step and len(warm.ends) > 1
+                and state.step >= warm.ends[-2])  # (an explicit step size: no step to try, the chains temper on)
 
     @torch.no_grad()
     def _step(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple[TACTHMCState, StepInfo]:
@@ -584,12 +586,15 @@ class TACTHMC(Sampler):
         value, grad = potential.value_and_grad(batch)  # lines 7-8
         value = value.detach().to(xi.dtype).reshape(xi.shape)
         xi_kick, noise = self._draw_noise(state)
+        table = state.bias, state.bin_visits
         _, state.xi, state.xi_momentum, state.bias, state.bin_visits = self._after_gradient(
             flat, flatten(grad, state.layout), value, xi, state.xi_momentum, z_theta, z_xi, state.bias,
             state.bin_visits, lam, dlam, j, delta_a, eta_xi, kick, noise_scale, noise, xi_kick, in_place=True)
         torch._foreach_add_(state.position, state.momentum)  # line 15
-        if paused:
+        if paused:  # (the biasing table as it was: metadynamics would pile a hill per held step on the centre's
+            # bin, and a bin straddling the plateau's edge would average in the held steps' zero force)
             state.xi, state.xi_momentum = torch.zeros_like(state.xi), torch.zeros_like(state.xi_momentum)
+            state.bias, state.bin_visits = table
         state.step += 1
         return state, self._step_info(state, value, t_kin, xi, lam, z_theta, z_xi)
 
