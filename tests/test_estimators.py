@@ -352,7 +352,9 @@ def test_tacthmc_in_the_estimator_collects_only_at_unit_temperature(cancer):
     assert {"thermostat", "tempering_thermostat"} <= set(d)
     centres, bias, visits = clf.sampler_.bias_profile(clf.sampler_state_)
     bias, visits = bias[0], visits[0]  # the estimator's one chain, on the chain axis
-    assert bias.shape == visits.shape == centres.shape and visits.sum() == clf.sampler_state_.step
+    # every step visits a bin, but the warm-up's final window (its last 30 of 300 steps), which holds the tempering
+    # variable and leaves the table as it was
+    assert bias.shape == visits.shape == centres.shape and visits.sum() == clf.sampler_state_.step - 30
 
 
 def test_tacthmc_short_of_draws_continues_then_warns(cancer):
