@@ -104,7 +104,8 @@ class FunctionPotential:
     Raises
     ------
     TypeError
-        If ``fn`` is not callable, or a parameter is not a real floating-point tensor (an integer or complex one).
+        If ``fn`` is not callable, ``parameters`` is one tensor rather than a list of them, or a parameter is not a
+        real floating-point tensor (an integer or complex one).
     ValueError
         If ``parameters`` is empty.
     """
@@ -113,6 +114,10 @@ class FunctionPotential:
                  gradient_noise: float = 0.0, generator: torch.Generator | None = None):
         if not callable(fn):
             raise TypeError(f"fn must be a callable fn(parameters, batch) -> U, got {type(fn).__name__}.")
+        if isinstance(parameters, Tensor):  # (iterated, it became one 0-d parameter per entry, failing at the
+            # first step with torch's "appears to not have been used", or moving the entries as separate tensors)
+            raise TypeError(f"parameters must be a list of tensors, got one tensor of shape {tuple(parameters.shape)}; "
+                            "wrap it in a list: [tensor].")
         parameters = list(parameters)
         if not parameters:
             raise ValueError("parameters must hold at least one tensor.")
@@ -120,6 +125,10 @@ class FunctionPotential:
             if not isinstance(p, Tensor):
                 raise TypeError(f"parameters[{i}] must be a torch.Tensor, got {type(p).__name__}; convert it with "
                                 "torch.as_tensor(..., dtype=torch.float32).")
+            if p.is_complex():
+                raise TypeError(f"parameters[{i}] must be a real floating-point tensor (the samplers move it by "
+                                f"gradients), got dtype {p.dtype}; give its real and imaginary parts as real "
+                                "coordinates (torch.view_as_real).")
             if not p.is_floating_point():
                 raise TypeError(f"parameters[{i}] must be a real floating-point tensor (the samplers move it by "
                                 f"gradients), got dtype {p.dtype}; convert it with .float() or .double().")

@@ -302,12 +302,16 @@ def test_a_function_potential_refuses_parameters_it_cannot_move():
     fn = lambda p, b: (p[0] ** 2).sum()  # noqa: E731
     for bad, words in ((torch.zeros(3, dtype=torch.int64), r"parameters\[1\] must be a real floating-point tensor .* "
                         r"dtype torch.int64; convert it with .float\(\)"),
-                       (torch.zeros(3, dtype=torch.complex64), "real floating-point tensor .* torch.complex64"),
+                       (torch.zeros(3, dtype=torch.complex64), "real floating-point tensor .* torch.complex64; "
+                        r"give its real and imaginary parts .* \(torch.view_as_real\)"),
                        ([0.0, 1.0], r"parameters\[1\] must be a torch.Tensor, got list")):
         with pytest.raises(TypeError, match=words):
             FunctionPotential(fn, [torch.zeros(2), bad])
     with pytest.raises(ValueError, match="at least one tensor"):
         FunctionPotential(fn, [])
+    for one in (torch.zeros(3), torch.zeros(0)):  # (a reviewer's find: iterated into 0-d parameters, or "empty")
+        with pytest.raises(TypeError, match=r"a list of tensors, got one tensor of shape .*; wrap it in a list"):
+            FunctionPotential(fn, one)
     with pytest.raises(TypeError, match="fn must be a callable"):
         FunctionPotential("x ** 2", [torch.zeros(2)])
     ok = FunctionPotential(fn, (t for t in [torch.ones(2, dtype=torch.float64)]))  # any iterable of float tensors
