@@ -68,6 +68,14 @@ class _RNNNet(BayesianNeuralNet):
                                  f"{max(lengths)} steps): {type(self).__name__} takes sequences of one length; pad "
                                  "or cut them to one length, or make fixed-length windows "
                                  "(bayesnet.timeseries.make_forecasting_windows).")
+        if getattr(X, "ndim", None) == 1 or (isinstance(X, (list, tuple)) and len(X)
+                                             and all(np.ndim(x) == 0 for x in X)):
+            # (scikit-learn's "Expected 2D array ... reshape(-1, 1) if your data has a single feature" would make n
+            # sequences of one step of the one window a user meant)
+            raise ValueError(f"{type(self).__name__} expects X of shape (n_samples, n_timesteps) or (n_samples, "
+                             f"n_timesteps, n_features), got a 1-D X of {len(X)} values: for one sequence, pass "
+                             "X.reshape(1, -1); to make windows from a series, use "
+                             "bayesnet.timeseries.make_forecasting_windows.")
         X = super()._check_samples_shape(X, reset)
         fitted, shape = getattr(self, "input_shape_", None), getattr(X, "shape", None)
         if not reset and fitted is not None and shape is not None and len(shape) == 2 and shape[1] != fitted[0]:
