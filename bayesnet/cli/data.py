@@ -55,7 +55,8 @@ def read_csv(path: str, option: str = "--data: file"):
     names : list of str
         The header, unique and non-empty.
     body : pandas.DataFrame
-        The data rows, as strings; blank lines are dropped, and the index is the line number minus one.
+        The data rows, as strings; blank lines at the end are dropped (one inside the data is a row of empty,
+        missing cells), and the index is the line number minus one.
 
     Raises
     ------
@@ -96,7 +97,11 @@ def read_csv(path: str, option: str = "--data: file"):
         which = "; ".join(f"{name!r} (columns {', '.join(map(str, cols))})" for name, cols in dup.items())
         raise CLIError(f"{path} has duplicate column names: {which}; give every column its own name.")
     body = raw.iloc[1:]
-    body = body[(body != "").any(axis=1)]  # blank lines
+    filled = (body != "").any(axis=1).to_numpy()
+    # blank lines at the end only: a row of empty cells inside the data is a row with missing values (the empty
+    # cell pandas writes for NaN in a one-column file read as a blank line; dropped, it stitched a series across
+    # the gap and numbered every later prediction one too low)
+    body = body.iloc[:int(filled.nonzero()[0][-1]) + 1] if filled.any() else body.iloc[:0]
     if body.empty:
         raise CLIError(f"{path} has a header row but no data rows.")
     return names, body
@@ -158,7 +163,8 @@ def _target_cells(path: str, names: list[str], body, target: str, option: str = 
             _raise_if_short_rows(path)
         raise CLIError(f"target column {target!r} in {path} is missing in {int(missing.sum())} of {len(text)} "
                         f"rows, the first on line {body.index[first] + 1} ({_cell(text.iloc[first])}); drop or "
-                        "fill those rows.")
+                        "fill those rows (a time series' gaps: fill them, as a dropped row joins the values on "
+                        "either side into one window).")
     return text
 
 def _load_csv_for_fit(path: str, target: str, task: str):
