@@ -65,6 +65,9 @@ def _rows(kind):
     elif kind == "nan_target":
         header, rows = ["a", "b", "c", "y"], [[*map(str, r), str(t)] for r, t in zip(X, targets)]
         rows[26][3] = "nan"  # a test-split row (random_state=0): was "test RMSE nan", exit code 0
+    elif kind == "inf_target":  # (a helper's user test: was told to use --task classification for class labels)
+        header, rows = ["a", "b", "c", "y"], [[*map(str, r), str(t)] for r, t in zip(X, targets)]
+        rows[3][3] = "-inf"
     elif kind == "nan_feature":
         rows[6][1] = "nan"
     elif kind == "text_feature":
@@ -95,6 +98,9 @@ DATA_CASES = [
                                                 r"line 6 \(an empty cell\)"),
     ("NaN target in the test split", "nan_target", ["--target", "y", "--task", "regression"],
      r"target column 'y' .* is missing in 1 of 60 rows, the first on line 28 \('nan'\)"),
+    ("inf target with --task regression", "inf_target", ["--target", "y", "--task", "regression"],
+     r"--task regression needs finite target values, but column 'y' holds '-inf' on line 5 \(1 such rows\); fill "
+     r"or drop those rows\.$"),
     ("'nan' in a feature cell", "nan_feature", [], r"feature column 'b' .* 1 missing, non-numeric or infinite "
                                                    r"value\(s\), the first on line 8: 'nan'"),
     ("text in a feature cell", "text_feature", [], r"feature column 'b' .* the first on line 8: 'abc'"),

@@ -182,6 +182,12 @@ def _load_csv_for_fit(path: str, target: str, task: str):
     if task == "regression":
         values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
         bad = ~np.isfinite(values)
+        infinite = np.isinf(values)
+        if infinite.any():  # (a number, but not a finite one: not a class label)
+            first = int(infinite.nonzero()[0][0])
+            raise CLIError(f"--task regression needs finite target values, but column {target!r} holds "
+                            f"{_cell(text.iloc[first])} on line {body.index[first] + 1} ({int(infinite.sum())} such "
+                            "rows); fill or drop those rows.")
         if bad.any():
             first = int(bad.nonzero()[0][0])
             raise CLIError(f"--task regression needs a numeric target, but column {target!r} holds "
