@@ -722,6 +722,22 @@ def test_cli_forecast_bundled_sunspots(tmp_path, capsys):
     assert lines[0] == "row,prediction,std,lower,upper" and len(lines) == 1 + 30 - 4 + 1
 
 
+def test_cli_forecast_predict_names_the_fitted_column_when_it_is_absent(tmp_path, capsys):
+    """A helper's user test: without --column, a CSV lacking the series column the model was fitted on was refused
+    as "--column: column 'value' is not in ...", an option the user had not given."""
+    model = tmp_path / "f.bayesnet"
+    series = _write(tmp_path / "s.csv", ["value"], [[v] for v in np.sin(np.arange(80) / 5)])
+    assert main(["fit", "--data", series, "--target", "value", "--task", "forecast", *TINY,
+                 "--output", str(model)]) == 0
+    other = _write(tmp_path / "o.csv", ["level"], [[v] for v in np.sin(np.arange(30) / 5)])
+    capsys.readouterr()
+    assert main(["predict", str(model), "--data", other]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the series column the model was fitted on (name another with --column): column "
+                          "'value' is not in"), err
+    assert main(["predict", str(model), "--data", other, "--column", "level"]) == 0
+
+
 def test_cli_predict_uses_the_fitted_column_order(tmp_path):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(80, 2))

@@ -325,7 +325,8 @@ def _predict(args) -> int:
             raise CLIError("this model was fitted on the bundled series; name the CSV column holding the series "
                             "with --column.")
         names, body = read_csv(args.data)
-        _target_cells(args.data, names, body, column, "--column")
+        _target_cells(args.data, names, body, column, "--column" if args.column else
+                      "the series column the model was fitted on (name another with --column)")
         series = _numeric(args.data, names, body, [column], "series")[:, 0]
         if len(series) < meta["n_lags"]:
             raise CLIError(f"column {column!r} has {len(series)} values; the model needs the {meta['n_lags']} "
