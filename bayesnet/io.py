@@ -743,7 +743,9 @@ def _build_estimator(spec: dict, tensors):
     est.sampler_state_ = None
     est.shards_ = None  # (the draws of every process are in trace_; the chains are not continued)
     est.loaded_ = True
-    est.fit_params_ = est._all_params(deep=False)  # (the settings its draws were fitted with, as for a fit)
+    from .estimators.run import recorded_params
+
+    est.fit_params_ = recorded_params(est)  # (the settings its draws were fitted with, as for a fit)
     return est
 
 

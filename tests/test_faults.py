@@ -1633,6 +1633,15 @@ def test_sampler_settings_set_on_a_sampler_instance_set_the_instance(iris):
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, y)
         assert est.sampler_.friction == 0.2
+        # the record of the fit does not follow the instance: save writes what the draws were fitted with, and
+        # warns of the later setting (before this record, it would have written friction=0.3)
+        est.set_params(sampler__friction=0.3)
+        path = os.path.join(tempfile.mkdtemp(), "m.bayesnet")
+        with pytest.warns(UserWarning, match=r"changed by set_params since it was fitted: sampler=SGHMC\(friction=0.3"):
+            bayesnet.save(est, path)
+        assert bayesnet.load(path).get_params()["sampler__friction"] == 0.2
+        est.set_params(sampler__friction=0.2)
+        bayesnet.save(est, path)  # (unchanged again: no warning, the copy and the instance compared by settings)
         search = GridSearchCV(BayesianMLPClassifier((8,), burn_in=200, n_draws=10, random_state=0,
                                                     sampler=SGHMC(friction=0.5)),
                               {"sampler__friction": [0.05, 0.5]}, cv=2, refit=False).fit(X, y)

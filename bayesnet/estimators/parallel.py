@@ -187,7 +187,9 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
                  "data_fingerprint_", "check_rows_", "_new_data_at"):
         if attr in vars(first):
             setattr(net, attr, getattr(first, attr))
-    net.fit_params_ = net._all_params(deep=False)  # (the groups' own are theirs: their n_chains, n_jobs=None)
+    from .run import recorded_params
+
+    net.fit_params_ = recorded_params(net)  # (the groups' own are theirs: their n_chains, n_jobs=None)
     with net._current_init_context("module"):
         net.module_ = first.module_
     with net._current_init_context("criterion"):

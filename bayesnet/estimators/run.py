@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 import torch
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_random_state
 
@@ -37,7 +38,7 @@ from ..plan import ChainLayout, RunPlan
 from ..posterior import ChainPosterior
 from ..predictive import PosteriorPredictive
 from ..priors import make_prior
-from ..samplers import ChainRandom, DivergenceError, Stat, make_sampler, sampler_class
+from ..samplers import ChainRandom, DivergenceError, Sampler, Stat, make_sampler, sampler_class
 from ..trace import StepStats, Trace
 from .callbacks import DivergenceMonitor
 
@@ -311,7 +312,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     net.divergence_state_ = None
     net._new_data_at = None
     net.fit_status_ = {"status": "running", "diverged_chains": {}, "stopped_by": None}
-    net.fit_params_ = {k: v for k, v in net._all_params(deep=False).items()}
+    net.fit_params_ = recorded_params(net)
     net.data_fingerprint_ = fingerprint(X, y)
     check_rows(net, X, y)
     net.n_train_ = n_data
@@ -323,9 +324,24 @@ _HONOURED = {"n_draws", "thinning", "max_epochs", "batch_size", "prior_scale", "
              "verbose", "callbacks", "warm_start", "n_jobs", "compile"}
 
 
+def recorded_params(net) -> dict:
+    """``net``'s settings as ``fit_params_`` records them: :meth:`_all_params`, with a sampler instance copied (a
+    later ``set_params(sampler__friction=...)`` sets the instance's own setting, which the record of the fit, and
+    what ``save`` writes from it, must not follow)."""
+    params = net._all_params(deep=False)
+    if isinstance(params.get("sampler"), Sampler):
+        params["sampler"] = clone(params["sampler"])
+    return params
+
+
 def _same(a, b) -> bool:
     if a is b:
         return True
+    if isinstance(a, Sampler) and isinstance(b, Sampler):  # (a recorded copy against the instance: its settings)
+        if type(a) is not type(b):
+            return False
+        pa, pb = a.get_params(deep=False), b.get_params(deep=False)
+        return pa.keys() == pb.keys() and all(_same(pa[k], pb[k]) for k in pa)
     try:
         return bool(a == b)
     except Exception:  # arrays, objects without a usable ==
@@ -449,7 +465,8 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if "batch_size" in changed:
         net.batch_cursor_ = None
     warn_inexact_test(net, net.sampler_, resolve_batch_size(net.batch_size, len(X), net.sampler_.full_batch), len(X))
-    net.fit_params_ = dict(now)  # (what the chains run under from here: the honoured changes and sampler__*)
+    net.fit_params_ = recorded_params(net)  # (what the chains run under from here: the honoured changes and
+    # sampler__*)
     step = int(net.sampler_state_.step)
     if step < net.steps_planned_total_:
         # an interrupted run continues to its planned length, under the new settings: a new n_draws or thinning
