@@ -105,7 +105,8 @@ class _Encoder:
             return [self.value(x, f"{key}.{i}", f"{where}[{i}]") for i, x in enumerate(v)]
         if isinstance(v, dict):
             return {"__dict__": [[self.value(k, f"{key}.k{i}", f"a key of {where}"),
-                                  self.value(x, f"{key}.{i}", f"{where}[{k!r}]")] for i, (k, x) in enumerate(v.items())]}
+                                  self.value(x, f"{key}.{i}", f"{where}[{k!r}]")]
+                                 for i, (k, x) in enumerate(v.items())]}
         if isinstance(v, (np.ndarray, torch.Tensor)):
             a = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
             if a.dtype.kind in "OUS":  # strings (class labels, feature names)
@@ -291,8 +292,8 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
     path : str or PathLike
         The file to write (conventionally ``*.bayesnet``); written to a temporary file, then renamed.
     metadata : dict, optional
-        Plain data (None, bool, str, numbers, lists, tuples, dicts, NumPy arrays, tensors) stored with the model and returned by ``load(...,
-        return_metadata=True)``.
+        Plain data (None, bool, str, numbers, lists, tuples, dicts, NumPy arrays, tensors) stored with the model
+        and returned by ``load(..., return_metadata=True)``.
 
     Raises
     ------
@@ -745,7 +746,8 @@ def _build_estimator(spec: dict, tensors):
     est.loaded_ = True
     from .estimators.run import recorded_params
 
-    est.fit_params_ = recorded_params(est)  # (the settings its draws were fitted with, as for a fit)
+    # (the settings its draws were fitted with, as for a fit)
+    est.fit_params_ = recorded_params(est._all_params(deep=False))
     return est
 
 

@@ -357,7 +357,8 @@ def test_rnn_takes_windows_and_takens_pipelines(henon):
         seq.fit(Xtr[:, :, None, None], ytr > 0.5)
     # one window, or a series, as a 1-D X: not scikit-learn's "reshape(-1, 1)", which makes n one-step sequences
     for one in (Xte[0], list(Xte[0])):
-        with pytest.raises(ValueError, match=r"got a 1-D X of 4 values. Reshape your data: for one sequence, pass X.reshape\(1, -1\)"):
+        with pytest.raises(ValueError, match=r"got a 1-D X of 4 values. Reshape your data: for one sequence, pass "
+                                             r"X.reshape\(1, -1\)"):
             seq.predict(one)
     with pytest.raises(ValueError, match="make_forecasting_windows"):
         BayesianRNNRegressor(**SMALL_RNN, **SHORT).fit(s, s)

@@ -740,7 +740,8 @@ def test_tacthmc_final_window_leaves_the_biasing_table_as_it_was(biasing):
     plateau's edge. The table and its visits are the same at the freeze as at the final window's start."""
     sampler = make_sampler("tacthmc", adaptation_steps=200, biasing=biasing, n_bins=3 if biasing == "abf" else 50)
     g = torch.Generator().manual_seed(0)
-    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.randn(4, 6, generator=g, dtype=torch.float64)])
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1),
+                            [torch.randn(4, 6, generator=g, dtype=torch.float64)])
     state = sampler.init(pot.parameters, 0, n_chains=4)
     final = state.warmup.ends[-2]
     for k in range(1, 201):

@@ -189,7 +189,8 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
             setattr(net, attr, getattr(first, attr))
     from .run import recorded_params
 
-    net.fit_params_ = recorded_params(net)  # (the groups' own are theirs: their n_chains, n_jobs=None)
+    # (the groups' own are theirs: their n_chains, n_jobs=None)
+    net.fit_params_ = recorded_params(net._all_params(deep=False))
     with net._current_init_context("module"):
         net.module_ = first.module_
     with net._current_init_context("criterion"):

@@ -73,8 +73,8 @@ class _RNNNet(BayesianNeuralNet):
             # (scikit-learn's "Expected 2D array ... reshape(-1, 1) if your data has a single feature" would make n
             # sequences of one step of the one window a user meant)
             raise ValueError(f"{type(self).__name__} expects X of shape (n_samples, n_timesteps) or (n_samples, "
-                             f"n_timesteps, n_features), got a 1-D X of {len(X)} values. Reshape your data: for one sequence, pass "
-                             "X.reshape(1, -1); to make windows from a series, use "
+                             f"n_timesteps, n_features), got a 1-D X of {len(X)} values. Reshape your data: for one "
+                             "sequence, pass X.reshape(1, -1); to make windows from a series, use "
                              "bayesnet.timeseries.make_forecasting_windows.")
         X = super()._check_samples_shape(X, reset)
         fitted, shape = getattr(self, "input_shape_", None), getattr(X, "shape", None)

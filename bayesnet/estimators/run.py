@@ -312,7 +312,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     net.divergence_state_ = None
     net._new_data_at = None
     net.fit_status_ = {"status": "running", "diverged_chains": {}, "stopped_by": None}
-    net.fit_params_ = recorded_params(net)
+    net.fit_params_ = recorded_params(net._all_params(deep=False))
     net.data_fingerprint_ = fingerprint(X, y)
     check_rows(net, X, y)
     net.n_train_ = n_data
@@ -324,13 +324,12 @@ _HONOURED = {"n_draws", "thinning", "max_epochs", "batch_size", "prior_scale", "
              "verbose", "callbacks", "warm_start", "n_jobs", "compile"}
 
 
-def recorded_params(net) -> dict:
-    """``net``'s settings as ``fit_params_`` records them: :meth:`_all_params`, with a sampler instance copied (a
-    later ``set_params(sampler__friction=...)`` sets the instance's own setting, which the record of the fit, and
-    what ``save`` writes from it, must not follow)."""
-    params = net._all_params(deep=False)
+def recorded_params(params: dict) -> dict:
+    """The settings ``params`` (an estimator's ``_all_params(deep=False)``) as ``fit_params_`` records them: a
+    sampler instance copied (a later ``set_params(sampler__friction=...)`` sets the instance's own setting, which
+    the record of the fit, and what ``save`` writes from it, must not follow)."""
     if isinstance(params.get("sampler"), Sampler):
-        params["sampler"] = clone(params["sampler"])
+        params = {**params, "sampler": clone(params["sampler"])}
     return params
 
 
@@ -465,7 +464,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if "batch_size" in changed:
         net.batch_cursor_ = None
     warn_inexact_test(net, net.sampler_, resolve_batch_size(net.batch_size, len(X), net.sampler_.full_batch), len(X))
-    net.fit_params_ = recorded_params(net)  # (what the chains run under from here: the honoured changes and
+    net.fit_params_ = recorded_params(now)  # (what the chains run under from here: the honoured changes and
     # sampler__*)
     step = int(net.sampler_state_.step)
     if step < net.steps_planned_total_:
