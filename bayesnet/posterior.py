@@ -544,6 +544,30 @@ class ChainPosterior:
             moved[len(self.net_names) + k] = take.reshape(take.shape[0], -1).any(1)
         return moved
 
+    @torch.no_grad()
+    def likelihood_curvature_and_noise(self, batches, batch_rows: int) -> dict:
+        """For each of the likelihood's own parameter tensors (its index in :attr:`parameters`), per member and
+        coordinate: the potential's curvature, and the variance of its gradient on a mini-batch of ``batch_rows``
+        rows drawn without replacement from the ``n_data``, ``N^2 s^2 (N - n) / (n (N - 1))`` with ``s^2`` the
+        variance over rows of one row's gradient, both from the likelihood's
+        :meth:`~bayesnet.likelihoods.GaussianLikelihood.parameter_curvature_and_noise` on the rows of ``batches``.
+        Empty for a likelihood without parameters or without that method. The warm-up's
+        (:func:`bayesnet.samplers.warmup.likelihood_mass`)."""
+        terms = getattr(self.likelihood, "parameter_curvature_and_noise", None)
+        lik = self.parameters[len(self.net_names):]
+        if terms is None or not lik or not batches:
+            return {}
+        X = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        found = terms(self.outputs(X), y, lik, self.n_data)
+        if found is None:
+            return {}
+        N = self.n_data
+        n = max(min(int(batch_rows), N), 1)
+        share = N * N * (N - n) / (n * (N - 1)) if N > 1 else 0.0
+        return {len(self.net_names) + k: (curv, share * row_variance)
+                for k, (curv, row_variance) in enumerate(found)}
+
     def curvature_weight(self) -> Tensor | None:
         """The likelihood's :meth:`~bayesnet.likelihoods.GaussianLikelihood.curvature_weight` at the current
         positions, shape ``(S,)`` (how the data term's curvature scales with the likelihood's own parameters), or

@@ -131,8 +131,12 @@ class BAOAB(Sampler):
         """``min(sqrt(stability / lambda), 4 friction HEAT / rho)``: see ``step_size``."""
         step = torch.sqrt(self.stability / curvature)
         if noise_fraction is not None:
-            step = torch.minimum(step, 4.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
+            step = torch.minimum(step, self.coordinate_noise_budget() / noise_fraction.clamp_min(1e-12))
         return step
+
+    def coordinate_noise_budget(self) -> float:
+        """``4 friction HEAT``: the gradient noise heats a coordinate by ``h m_i Var_i / (4 friction)``."""
+        return 4.0 * self.friction * HEAT
 
     def momentum_std(self, state: BAOABState) -> Tensor:
         return self._scaled_momentum_std(state, lambda pre: self.temperature ** 0.5)

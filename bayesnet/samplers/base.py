@@ -538,6 +538,16 @@ class Sampler(BaseEstimator):
         that warm up override it."""
         raise NotImplementedError(f"{self.name} has no warm-up rule for its step size.")
 
+    def coordinate_noise_budget(self) -> float | None:
+        """The most mini-batch gradient noise one coordinate may carry at the step size ``eta``: ``eta m_i Var_i``
+        (its variance in preconditioned units, times the step) at most this, so that the heat it adds to that
+        coordinate stays within ``HEAT`` (5 %) of the temperature. For a kernel whose friction is fixed it is also
+        its step rule's noise cap on the mean over coordinates; a thermostat absorbs the mean's heat but not one
+        coordinate's, and its budget follows from its injected noise alone. The warm-up gives a likelihood's own
+        parameters the lightest mass it allows (:func:`~bayesnet.samplers.warmup.likelihood_mass`). None (the
+        default): the sampler bounds no coordinate's noise (a step tuned on acceptance, hmc and pt-langevin's)."""
+        return None
+
     def _stable_and_cool(self, curvature: Tensor, noise_fraction: Tensor | None, noise_budget: float) -> Tensor:
         """``min(stability / lambda, noise_budget / rho)``: the warm-up's rule for the learning-rate samplers (sgld,
         sghmc, sgnht, tacthmc), each with its own ``stability`` and noise budget (their ``step_size`` docs)."""

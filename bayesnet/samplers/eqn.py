@@ -406,8 +406,12 @@ class EQN(Sampler):
         (:meth:`prepare_step_size`), so it is the curvature the preconditioned step meets."""
         step = torch.sqrt(self.stability / curvature)
         if noise_fraction is not None:
-            step = torch.minimum(step, 4.0 * self.friction * HEAT / noise_fraction.clamp_min(1e-12))
+            step = torch.minimum(step, self.coordinate_noise_budget() / noise_fraction.clamp_min(1e-12))
         return step
+
+    def coordinate_noise_budget(self) -> float:
+        """``4 friction HEAT``: the gradient noise heats a coordinate by ``h m_i Var_i / (4 friction)``."""
+        return 4.0 * self.friction * HEAT
 
     def momentum_std(self, state: EQNState) -> Tensor:
         return torch.full_like(state.flat_momentum, self.temperature ** 0.5)  # unit mass in q = M^(1/2) theta

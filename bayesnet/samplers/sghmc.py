@@ -127,7 +127,11 @@ class SGHMC(Sampler):
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """``min(stability / lambda, 2 friction HEAT / rho)``: see ``step_size``."""
-        return self._stable_and_cool(curvature, noise_fraction, 2.0 * self.friction * HEAT)
+        return self._stable_and_cool(curvature, noise_fraction, self.coordinate_noise_budget())
+
+    def coordinate_noise_budget(self) -> float:
+        """``2 friction HEAT``: the gradient noise heats a coordinate by ``eta m_i Var_i / (2 friction)``."""
+        return 2.0 * self.friction * HEAT
 
     def momentum_std(self, state: MomentumState) -> Tensor:
         return self._scaled_momentum_std(state, lambda pre: torch.sqrt(pre.step_size * self.temperature))

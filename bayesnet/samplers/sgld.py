@@ -108,7 +108,11 @@ class SGLD(Sampler):
 
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """``min(stability / lambda, 2 HEAT / rho)``: see ``step_size``."""
-        return self._stable_and_cool(curvature, noise_fraction, 2.0 * HEAT)
+        return self._stable_and_cool(curvature, noise_fraction, self.coordinate_noise_budget())
+
+    def coordinate_noise_budget(self) -> float:
+        """``2 HEAT``: the gradient noise heats a coordinate by ``eta m_i Var_i / 2``."""
+        return 2.0 * HEAT
 
     def _init(self, position: list[Tensor], rng: ChainRandom, layout: ChainLayout,
               precond: Preconditioner) -> SamplerState:

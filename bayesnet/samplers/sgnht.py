@@ -18,7 +18,7 @@ from .compiled import potential_gradients, write_back
 from .integrators import chain_numel, momentum_state, normal_flat, position_step
 from .random import ChainRandom
 from .estimates import mask_like
-from .warmup import WARMUP_DOC, Preconditioner, clamp_friction, flatten, views
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, clamp_friction, flatten, views
 
 __all__ = ["SGNHT", "SGNHTState"]
 
@@ -130,6 +130,12 @@ class SGNHT(Sampler):
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """``min(stability / lambda, 1 / rho)``: see ``step_size``."""
         return self._stable_and_cool(curvature, noise_fraction, 1.0)
+
+    def coordinate_noise_budget(self) -> float:
+        """``2 noise HEAT``: the thermostat's friction absorbs the mean heat over coordinates; on one coordinate it
+        is at least the injected noise's level ``c``, and the gradient noise heats it by at most
+        ``eta m_i Var_i / (2 c)``."""
+        return 2.0 * float(self.noise) * HEAT
 
     def restart_members(self, state: SGNHTState, members: Tensor, potential: Potential, batch: Any) -> None:
         """A restarted chain's thermostat starts again at ``noise``."""

@@ -19,7 +19,7 @@ from .compiled import potential_gradients, write_back
 from .integrators import gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
 from .estimates import flatten, mask_like
-from .warmup import WARMUP_DOC, Preconditioner, clamp_friction, views
+from .warmup import HEAT, WARMUP_DOC, Preconditioner, clamp_friction, views
 
 __all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
 
@@ -368,6 +368,12 @@ class TACTHMC(Sampler):
     def warmup_step_size(self, curvature: Tensor, noise_fraction: Tensor | None) -> Tensor:
         """As :class:`SGNHT`'s: ``min(stability / lambda, 1 / rho)``."""
         return self._stable_and_cool(curvature, noise_fraction, 1.0)
+
+    def coordinate_noise_budget(self) -> float:
+        """``2 noise HEAT``: the thermostat's friction absorbs the mean heat over coordinates; on one coordinate it
+        is at least the injected noise's level ``c``, and the gradient noise heats it by at most
+        ``eta m_i Var_i / (2 c)``."""
+        return 2.0 * float(self.noise) * HEAT
 
     def restart_members(self, state: TACTHMCState, members: Tensor, potential: Potential, batch: Any) -> None:
         """A restarted chain's thermostats start again at their initial values, its tempering variable at the
