@@ -410,8 +410,12 @@ class EQN(Sampler):
         return step
 
     def coordinate_noise_budget(self) -> float:
-        """``4 friction HEAT``: the gradient noise heats a coordinate by ``h m_i Var_i / (4 friction)``."""
-        return 4.0 * self.friction * HEAT
+        """``2 friction HEAT``: the gradient noise heats a coordinate by ``h m_i Var_i / (2 friction)``. The
+        closing half-kick of one step and the opening half-kick of the next use the same (cached) mini-batch
+        gradient, with no friction step between them, so its noise enters as one full kick ``h m_i xi`` a step,
+        not two independent halves (simulated: an excess of 0.415 where ``h m V / (4 friction)`` predicted 0.2;
+        the budget was twice this until 2026-11-29, a reviewer's finding)."""
+        return 2.0 * self.friction * HEAT
 
     def momentum_std(self, state: EQNState) -> Tensor:
         return torch.full_like(state.flat_momentum, self.temperature ** 0.5)  # unit mass in q = M^(1/2) theta

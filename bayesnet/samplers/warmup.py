@@ -19,8 +19,8 @@ the same way, in windows after Stan's (Carpenter et al. 2017; Hoffman and Gelman
    of its entries. A regressor's noise variance that lags above its conditional is then drawn from it, given
    the network's outputs on the last mini-batches (:func:`settle_likelihood`; samplers at temperature 1), and
    the step size is set anew. The secant rule fails for such a likelihood parameter (its gradient noise dwarfs
-   its curvature, so it barely moves and its mass grows): once the step is set, it takes the lightest mass its
-   own mini-batch noise, read off the residuals, allows at that step, where that noise limits it
+   its curvature, so it barely moves and its mass grows): once the step is set, its mass is the lightest its own
+   mini-batch noise, read off the residuals, allows at that step, where that noise limits it
    (:func:`likelihood_mass`).
 3. **Frozen.** After ``W`` steps the mass and step size no longer change, so the kept draws come from one
    fixed kernel: a constant preconditioner needs no correction term (the ``Gamma`` of Li et al. 2016, eq. 4),
@@ -1025,8 +1025,8 @@ def _members_of(value: Tensor, like: Tensor) -> Tensor:
 
 def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     r"""At each step size the warm-up sets, a likelihood's own parameter (a regressor's log noise variance
-    :math:`\gamma`) whose mini-batch gradient noise made its mass heavy takes the lightest mass that noise allows at
-    that step; True when a mass changed.
+    :math:`\gamma`) whose mini-batch gradient noise limits it takes the lightest mass that noise allows at that
+    step; True when a mass changed.
 
     The secant rule ``sd(g) / sd(theta)`` fails for them: :math:`\gamma`'s mini-batch gradient noise is of
     order :math:`N/\sqrt{n}` against a curvature of :math:`N/2`, and a coordinate the noise makes heavy barely
@@ -1036,20 +1036,27 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     :math:`\log\sigma` over 100 draws, and the noise sd 1.3-1.5 times the draws' own training residual. Their
     curvature ``k`` and the variance ``V`` of their gradient on a mini-batch are known from the residuals
     instead (the posterior's ``likelihood_curvature_and_noise``, on the warm-up's last mini-batches), and each
-    coordinate's inverse mass is raised to its heat bound ``sampler.coordinate_noise_budget() / (eta V)``, the
+    coordinate's inverse mass is set to its heat bound ``sampler.coordinate_noise_budget() / (eta V)``, the
     gradient noise heating it by ``HEAT`` (5 %) of the temperature at the step ``eta`` just set, where the noise
     limits it: where that bound lies below its stability bound ``lambda / k`` (no stiffer than the stiffest
-    direction measured, ``lambda`` the curvature the step was set from). It is never lowered, and where the noise
-    is too small to limit it (a full batch, ``V = 0``) the secant mass, which the noise no longer distorts, stands:
+    direction measured, ``lambda`` the curvature the step was set from). At the final window's start, whose step
+    the kept draws use, it is lowered to that bound too where the window's moments made it lighter (a coordinate
+    the rule had sped up moved more in the next window, and its secant mass let it run hot at the frozen step: 14 %
+    on friedman1, sgnht, seed 0); before, only raised, since the initial window and a window after which the
+    chain was still descending take a step that ignores the noise, and lowered to its heat bound there the noise
+    variance could not follow the descent (5-11x heavier at Mackey-Glass's start; 10 of 12 fits warned, against
+    5 of 12). Where the noise is too small to
+    limit it (a full batch, ``V = 0``) the secant mass, which the noise no longer distorts, stands:
     lightened to its stability bound instead, :math:`\sigma` followed a noise-free target's still improving fit
     within a few steps, the data term stiffened past the frozen step, and 2 of 24 default fits of a small
     recurrent regressor on 40 rows diverged (none without the rule; none on 24 fits of 160 and 250 rows, whose
     mini-batches limit it by the heat bound). Not for a sampler without a noise budget (a step tuned on
-    acceptance), nor for a kernel preconditioned beyond the mass (``transform``: eqn's walkers scale the noise by
-    their spread). During the warm-up only, like every mass: the kept draws come from the frozen kernel, exact
-    for any constant mass."""
+    acceptance), nor for one with several members per chain or preconditioned beyond the mass (eqn's walkers
+    share their chain's mass, and their spread scales the noise: ``transform``). During the warm-up only, like
+    every mass: the kept draws come from the frozen kernel, exact for any constant mass."""
     warm, pre = state.warmup, state.precond
-    if not warm.adapt_mass or pre.inverse_mass is None or warm.curvature is None or transform is not None:
+    if not warm.adapt_mass or pre.inverse_mass is None or warm.curvature is None or transform is not None \
+            or sampler.members_per_chain() > 1:
         return False
     budget = sampler.coordinate_noise_budget()
     measure = getattr(potential, "likelihood_curvature_and_noise", None)
@@ -1059,6 +1066,7 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     found = measure(batches, max(b[1].shape[0] for b in batches))
     if not found:
         return False
+    final = len(warm.ends) >= 2 and state.step == warm.ends[-2]  # the step the kept draws use
     flat = pre.inverse_mass.clone()
     parts = views(flat, state.position)
     eta = pre.step_size.detach().double()
@@ -1071,7 +1079,8 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
         with torch.no_grad():
             heat = budget / (e * noise)  # (inf where there is no noise: never taken)
             stable = lm / curv
-            take = (noise > 0) & (curv > 0) & torch.isfinite(heat) & (heat < stable) & (heat > m.double())
+            take = (noise > 0) & (curv > 0) & torch.isfinite(heat) & (heat < stable) \
+                & ((heat > m.double()) | (final & (heat < m.double())))
             if bool(take.any()):
                 m.copy_(torch.where(take, heat.to(m.dtype), m))
                 changed = True
