@@ -1601,8 +1601,9 @@ def test_with_n_jobs_the_warnings_and_errors_read_every_group(iris):
 
     X, y = make_moons(300, noise=0.2, random_state=0)  # (200 rows settled both groups' warm-ups once the rows were
     # spread evenly over the batches: 100 and 100, not 128 and 72; seed 0 settled both once the warm-up's scale moves
-    # counted the rows its last batches give twice once: seed 10 leaves group 1 unsettled)
-    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, random_state=10, sampler="eqn", sampler__n_walkers=4,
+    # counted the rows its last batches give twice once: seed 10 left group 1 unsettled, and seed 28 does since eqn's
+    # noise budget was halved, its steps with it)
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, random_state=28, sampler="eqn", sampler__n_walkers=4,
               n_chains=2)
     alone = " ".join(fit_recording(BayesianMLPClassifier(**kw), X, y))
     groups = BayesianMLPClassifier(**kw, n_jobs=2)
