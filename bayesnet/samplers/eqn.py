@@ -410,11 +410,9 @@ class EQN(Sampler):
         return step
 
     def coordinate_noise_budget(self) -> float:
-        """``2 friction HEAT``: the gradient noise heats a coordinate by ``h m_i Var_i / (2 friction)``. The
-        closing half-kick of one step and the opening half-kick of the next use the same (cached) mini-batch
-        gradient, with no friction step between them, so its noise enters as one full kick ``h m_i xi`` a step,
-        not two independent halves (simulated: an excess of 0.415 where ``h m V / (4 friction)`` predicted 0.2;
-        the budget was twice this until 2026-11-29, a reviewer's finding)."""
+        """``2 friction HEAT``, as BAOAB's
+        (:meth:`bayesnet.samplers.baoab.BAOAB.coordinate_noise_budget`: the same cached gradient's noise enters
+        as one full kick a step)."""
         return 2.0 * self.friction * HEAT
 
     def momentum_std(self, state: EQNState) -> Tensor:
