@@ -637,8 +637,10 @@ def test_mini_batch_chains_started_far_from_the_mode_reach_it(name):
     chains had barely moved, the mass estimated from their crawl was off by up to 500x, R-hat 7-27 (means 40-120
     sd off), reported settled. Now the initial window, and any later one whose chain was still descending, runs at
     the stable step whatever the noise (the final window's step, which the kept draws use, keeps the full rule):
-    sgld's, sghmc's and baoab's draws keep the posterior's moments (sgnht and tacthmc: the next test)."""
-    report, err = _far_minibatch(name)
+    sgld's, sghmc's and baoab's draws keep the posterior's moments (sgnht and tacthmc: the next test). baoab runs
+    twice as long: its noise-capped step was halved with its noise budget (2026-11-29), and its ESS over 4,000
+    steps fell to 8.5."""
+    report, err = _far_minibatch(name, steps=8000 if name == "baoab" else 4000)
     print(name, report["restarts"], {k: round(float(v), 4) for k, v in err.items()})
     assert err["ess"] > 10
     assert err["mean_err"] <= err["mean_tol"] + WARM_ALLOWANCE
