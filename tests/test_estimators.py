@@ -772,6 +772,14 @@ def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():
         est = BayesianMLPClassifier(**kw, burn_in=300).fit(X, y)
     assert est.trace_.burn_in == 300 and est.fit_status_["steps_taken"] == 320
     assert burn_in_words(est) == "300 steps"
+    with warnings.catch_warnings():  # a user's finding: with max_epochs, "auto" is half of that run, and a larger
+        warnings.simplefilter("ignore", ConvergenceWarning)  # burn-in takes a larger max_epochs
+        est = BayesianMLPClassifier(**kw, max_epochs=1).fit(X, y)
+    assert burn_in_words(est) == "5 steps, from 'auto', at most half of the max_epochs=1 run"
+    from bayesnet.cli.models import _cli_words
+
+    assert _cli_words(f"Increase burn_in (now {burn_in_words(est)}).") == \
+        "Increase --burn-in (now 5 steps, from 'auto', at most half of the --set max_epochs=1 run)."
 
 
 def test_a_continued_fit_keeps_its_chains_burn_in_and_a_refused_refit_keeps_the_draws(cancer):

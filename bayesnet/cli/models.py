@@ -43,6 +43,9 @@ def _cli_words(message: str, given: dict | None = None) -> str:
 
     message = re.sub(r"\bsampler__(?P<name>\w+)(?:=(?P<value>[^\s,;)]+))?", option_value, message)
     message = re.sub(r"\bburn_in(?= \(now)", lambda m: _option("burn_in", given), message)  # "increase burn_in (now"
+    message = re.sub(r"\bmax_epochs=(?P<value>\d+)", lambda m: (lambda o: f"{o}={m['value']}" if o.startswith("--set")
+                                                                 else f"{o} {m['value']}")(_option("max_epochs", given)),
+                     message)  # (burn_in_words: "at most half of the max_epochs=1 run")
     message = re.sub(r"\bn_draws(?= \(now)", lambda m: _option("n_draws", given), message)  # "Increase n_draws (now"
     # the warnings' advice ("more n_draws or thinning (now ...)", "several chains (n_chains)", "Use
     # prior_scale='auto'") and the library's pointer to fit_status_, which the command prints itself

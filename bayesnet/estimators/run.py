@@ -137,9 +137,16 @@ def resolve_burn_in(burn_in, n_data: int, batch_size: int, max_epochs: int | Non
 
 def burn_in_words(net) -> str:
     """The burn-in a message names: ``"6400 steps"``, with ``, from 'auto'`` when it was resolved (the trace holds
-    the plan's number, in a model read from a file too)."""
+    the plan's number, in a model read from a file too), and with ``max_epochs`` set, that "auto" is at most half
+    of that run (:func:`resolve_burn_in`), so that a larger burn-in takes a larger ``max_epochs`` (a user's
+    finding: ``max_epochs=1`` read "Increase burn_in (now 1 steps, from 'auto')", where max_epochs was the
+    limit)."""
     steps = net.trace_.burn_in
-    return f"{steps} steps, from 'auto'" if net.burn_in == "auto" else f"{steps} steps"
+    if net.burn_in != "auto":
+        return f"{steps} steps"
+    epochs = getattr(net, "max_epochs", None)
+    return f"{steps} steps, from 'auto'" if epochs is None else \
+        f"{steps} steps, from 'auto', at most half of the max_epochs={epochs} run"
 
 
 def make_plan(net, n_data: int, step_offset: int = 0, burn_in: int | None = None) -> RunPlan:
