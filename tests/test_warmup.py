@@ -1010,8 +1010,9 @@ def test_the_coordinate_noise_budget_is_the_heat_the_kernel_adds(name, settings,
     assert abs(total / count - 1 - 10 * HEAT) < 0.1, total / count
 
 
-@pytest.mark.parametrize("name, batch", [("sgld", 50), ("sghmc", 50), ("baoab", 50), ("hmc", 50), ("sghmc", 300)])
-def test_the_warm_up_gives_the_noise_variance_the_lightest_mass_its_noise_allows(name, batch, monkeypatch):
+@pytest.mark.parametrize("name, batch, seed", [("sgld", 50, 0), ("sghmc", 50, 0), ("baoab", 50, 0), ("hmc", 50, 0),
+                                               ("sghmc", 300, 0), ("sghmc", 50, 2)])
+def test_the_warm_up_gives_the_noise_variance_the_lightest_mass_its_noise_allows(name, batch, seed, monkeypatch):
     """At every step size it sets, the warm-up raises the log noise variance's inverse mass to its heat bound
     (``coordinate_noise_budget() / (eta V)``, from the mini-batch noise ``V`` the posterior reads off the residuals)
     where that bound lies below its stability bound (``lambda / k``, ``k`` its curvature), lowers it to that bound
@@ -1036,9 +1037,9 @@ def test_the_warm_up_gives_the_noise_variance_the_lightest_mass_its_noise_allows
         return changed
 
     monkeypatch.setattr(warmup_module, "likelihood_mass", spy)
-    _, state, _, _ = _linear_regression(name, warm=400, steps=1, batch=batch)
+    _, state, _, _ = _linear_regression(name, warm=400, steps=1, batch=batch, seed=seed)
     assert calls
-    raised = 0
+    raised = lowered = 0
     final_start = windows(400)[-2]
     for before, after, eta, lam, seen, budget, changed, step in calls:
         assert torch.equal(after[:, :-1], before[:, :-1])  # the network's coordinates: the moments' masses
@@ -1053,7 +1054,10 @@ def test_the_warm_up_gives_the_noise_variance_the_lightest_mass_its_noise_allows
         assert torch.allclose(after[:, -1].double(), want, rtol=1e-6)
         assert changed == bool((after != before).any())
         raised += int((after[:, -1] > before[:, -1]).sum())
+        lowered += int((after[:, -1] < before[:, -1]).sum())
     assert (raised > 0) == (name != "hmc" and batch < 300)
+    if seed == 2:  # (a reviewer's: at seed 0 no member needs lowering at the final window's start, at seed 2 some do)
+        assert lowered > 0
     assert torch.equal(state.precond.inverse_mass, calls[-1][1])
 
 
@@ -1064,7 +1068,7 @@ def test_the_noise_variance_mixes_on_its_exact_marginal(name, monkeypatch):
     known on a grid: the kept draws match its mean within 4 standard errors (from their measured ESS) and its sd
     within 15 %, with the likelihood's mass rule. Power: the same draws are far from the marginal under another
     noise prior (``b`` = 1 against 0.1). The rule's point, for sghmc (the default): the ESS of the noise variance is
-    at least twice what the window's moments alone give it (measured at seed 0: 92 against 28.5)."""
+    at least twice what the window's moments alone give it (measured at seed 0: 83 against 28.5)."""
     import bayesnet.samplers.warmup as warmup_module
 
     kept, _, X, y = _linear_regression(name, warm=1000, steps=4000)

@@ -136,11 +136,13 @@ class BAOAB(Sampler):
         return step
 
     def coordinate_noise_budget(self) -> float:
-        """``2 friction HEAT``: the gradient noise heats a coordinate by ``h m_i Var_i / (2 friction)``. The
-        closing half-kick of one step and the opening half-kick of the next use the same (cached) mini-batch
-        gradient, with no friction step between them, so its noise enters as one full kick ``h m_i xi`` a step,
-        not two independent halves (simulated: an excess of 0.415 where ``h m V / (4 friction)`` predicted 0.2;
-        the budget was twice this until 2026-11-29, a reviewer's finding)."""
+        """``2 friction HEAT``: the gradient noise heats a coordinate by ``h m_i Var_i / (2 friction)``. In BAOAB
+        the closing half-kick of one step and the opening half-kick of the next use the same (cached) mini-batch
+        gradient with no friction step between them; in GLA2 an O step sits between them, and GLA1 takes one full
+        kick: in all three its noise enters as about one full kick ``h m_i xi`` a step, not two independent halves
+        (simulated: an excess of 0.415 where ``h m V / (4 friction)`` predicted 0.2; the budget was twice this until
+        2026-11-29, a reviewer's finding). To leading order in the step: at ``h = 0.3``, friction 1, the excess is
+        1.03x this (GLA1 1.19x), and at the stability edge ``h sqrt(m k) = 1`` with ``friction h = 1``, 1.44x."""
         return 2.0 * self.friction * HEAT
 
     def momentum_std(self, state: BAOABState) -> Tensor:

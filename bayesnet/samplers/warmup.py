@@ -1066,7 +1066,8 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     found = measure(batches, max(b[1].shape[0] for b in batches))
     if not found:
         return False
-    final = len(warm.ends) >= 2 and state.step == warm.ends[-2]  # the step the kept draws use
+    # the step the kept draws use: the final window's start, or the start itself for a warm-up too short for windows
+    final = len(warm.ends) < 2 or state.step == warm.ends[-2]
     flat = pre.inverse_mass.clone()
     parts = views(flat, state.position)
     eta = pre.step_size.detach().double()
