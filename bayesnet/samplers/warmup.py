@@ -1040,7 +1040,7 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     gradient noise heating it by ``HEAT`` (5 %) of the temperature at the step ``eta`` just set, where the noise
     limits it: where that bound lies below its stability bound ``lambda / k`` (no stiffer than the stiffest
     direction measured, ``lambda`` the curvature the step was set from). At the final window's start, whose step
-    the kept draws use, it is lowered to that bound too where the window's moments made it lighter (a coordinate
+    the kept draws use (at the start, for a warm-up too short for windows), it is lowered to that bound too where the window's moments made it lighter (a coordinate
     the rule had sped up moved more in the next window, and its secant mass let it run hot at the frozen step: 14 %
     on friedman1, sgnht, seed 0); before, only raised, since the initial window and a window after which the
     chain was still descending take a step that ignores the noise, and lowered to its heat bound there the noise
