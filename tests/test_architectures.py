@@ -488,3 +488,26 @@ def test_a_chain_that_runs_hot_stops_as_a_divergence(henon):
     assert est.fit_status_["status"] == "complete"
 
 
+
+
+def test_a_cnn_refuses_a_1d_x_with_its_own_layouts():
+    """Stop 54's user finding: a 1-D X got scikit-learn's "reshape(-1, 1) if your data has a single feature", which
+    makes one-value samples of the one sample a user meant; the CNN names its own layouts, at fit and at predict."""
+    import warnings
+
+    from bayesnet import BayesianCNNClassifier
+
+    X = np.random.default_rng(0).normal(size=(40, 8))
+    y = (X[:, 0] > 0).astype(int)
+    est = BayesianCNNClassifier(input_shape=(1, 8), burn_in=20, n_draws=2, random_state=0)
+    with pytest.raises(ValueError, match=r"expects X of shape \(n_samples, prod\(input_shape\)\) or \(n_samples, "
+                                         r"\*input_shape\), got a 1-D X of 40 values. Reshape your data: for one "
+                                         r"sample, pass X.reshape\(1, -1\)"):
+        est.fit(X[:, 0], y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, y)
+    for one in (X[0], list(X[0])):
+        with pytest.raises(ValueError, match="got a 1-D X of 8 values"):
+            est.predict(one)
+    assert est.predict(X[:1]).shape == (1,)

@@ -46,6 +46,14 @@ __all__ = ["BayesianNeuralNet", "resolve_device"]
 UNSCALED_INPUT = 100.0
 
 
+def one_dimensional(X) -> bool:
+    """Whether ``X`` is one row of values (a 1-D array, or a list of scalars): the shaped estimators (CNN, RNN)
+    refuse it with their own advice, where scikit-learn's "reshape(-1, 1) if your data has a single feature" would
+    make as many one-value samples of the one sample or sequence a user meant."""
+    return getattr(X, "ndim", None) == 1 or (isinstance(X, (list, tuple)) and len(X) > 0
+                                              and all(np.ndim(x) == 0 for x in X))
+
+
 def resolve_device(device) -> torch.device:
     """Turn ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, ``"auto"`` or a torch.device into a torch.device.
 

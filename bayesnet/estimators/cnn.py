@@ -10,7 +10,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..networks import ACTIVATIONS, CNN, _positive_integers
 from ._docs import estimator_doc
-from .base import BayesianNeuralNet
+from .base import BayesianNeuralNet, one_dimensional
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
 from ..samplers import DEFAULT_SAMPLER
 
@@ -99,7 +99,13 @@ class _CNNNet(BayesianNeuralNet):
     def _check_samples_shape(self, X, reset: bool):
         """Samples in the network's layout ``(n, *input_shape_)`` or flattened ``(n, prod(input_shape_))`` (as
         ``input_shape`` reads 2-D input), whichever layout ``fit`` saw: brought to that one, since scikit-learn's
-        feature count reads the second axis only (before: "X has 2 features, but ... is expecting 72")."""
+        feature count reads the second axis only (before: "X has 2 features, but ... is expecting 72"). A 1-D X is
+        refused with this estimator's layouts (stop 54's user finding: scikit-learn's advice, ``reshape(-1, 1)``,
+        made one-value samples of the one sample meant)."""
+        if one_dimensional(X):
+            raise ValueError(f"{type(self).__name__} expects X of shape (n_samples, prod(input_shape)) or "
+                             f"(n_samples, *input_shape), got a 1-D X of {len(X)} values. Reshape your data: for one "
+                             "sample, pass X.reshape(1, -1).")
         X = super()._check_samples_shape(X, reset)
         fitted, shape = getattr(self, "input_shape_", None), getattr(X, "shape", None)
         n_in = getattr(self, "n_features_in_", None)

@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..networks import ACTIVATIONS, RNN
 from ._docs import estimator_doc
-from .base import BayesianNeuralNet
+from .base import BayesianNeuralNet, one_dimensional
 from .mixins import BayesianClassifierMixin, BayesianRegressorMixin
 from ..samplers import DEFAULT_SAMPLER
 
@@ -68,10 +68,7 @@ class _RNNNet(BayesianNeuralNet):
                                  f"{max(lengths)} steps): {type(self).__name__} takes sequences of one length; pad "
                                  "or cut them to one length, or make fixed-length windows "
                                  "(bayesnet.timeseries.make_forecasting_windows).")
-        if getattr(X, "ndim", None) == 1 or (isinstance(X, (list, tuple)) and len(X)
-                                             and all(np.ndim(x) == 0 for x in X)):
-            # (scikit-learn's "Expected 2D array ... reshape(-1, 1) if your data has a single feature" would make n
-            # sequences of one step of the one window a user meant)
+        if one_dimensional(X):
             raise ValueError(f"{type(self).__name__} expects X of shape (n_samples, n_timesteps) or (n_samples, "
                              f"n_timesteps, n_features), got a 1-D X of {len(X)} values. Reshape your data: for one "
                              "sequence, pass X.reshape(1, -1); to make windows from a series, use "
