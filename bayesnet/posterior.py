@@ -227,6 +227,11 @@ def _takes_changes(update) -> bool:
     return _TAKES_CHANGES[function]
 
 
+def _rows(batches) -> tuple[Tensor, Tensor]:
+    """The inputs and targets of mini-batches ``(X, y, ...)`` laid end to end (the warm-up's last batches)."""
+    return torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+
+
 def _data_potential(likelihood, n_data: int, outputs: Tensor, y: Tensor, lik_params) -> Tensor:
     """``-(N/|B|) log p(y | outputs, phi) - log p(phi)`` of every member, from the network's outputs ``(S, |B|,
     k)`` on a batch of ``|B|`` rows: the eager potential's and the compiled one's data term."""
@@ -470,8 +475,7 @@ class ChainPosterior:
         ratio = getattr(self.prior, "scale_log_ratio", None)
         if ratio is None or not batches or not self._batched_terms():
             return None
-        X = torch.cat([b[0] for b in batches])
-        y = torch.cat([b[1] for b in batches])
+        X, y = _rows(batches)
         net, lik = self.network_parameters, self.parameters[len(self.net_names):]
         S, B = net[0].shape[0], y.shape[0]
         # the rows stand for the N rows of the data, each counted N/B times; the warm-up's last batches may give rows
@@ -529,8 +533,7 @@ class ChainPosterior:
         lik = self.parameters[len(self.net_names):]
         if draw is None or not lik or not batches:
             return {}
-        X = torch.cat([b[0] for b in batches])
-        y = torch.cat([b[1] for b in batches])
+        X, y = _rows(batches)
         new = draw(self.outputs(X), y, lik, self.n_data, rng)
         if new is None:
             return {}
@@ -557,8 +560,7 @@ class ChainPosterior:
         lik = self.parameters[len(self.net_names):]
         if terms is None or not lik or not batches:
             return {}
-        X = torch.cat([b[0] for b in batches])
-        y = torch.cat([b[1] for b in batches])
+        X, y = _rows(batches)
         found = terms(self.outputs(X), y, lik, self.n_data)
         if found is None:
             return {}

@@ -34,17 +34,16 @@ def _cli_words(message: str, given: dict | None = None) -> str:
     message = message.replace("set them as sampler__<name>", "set them with --set sampler__NAME=VALUE")
     message = message.replace("sampler__<name>", "--set sampler__NAME=VALUE")
 
-    def option_value(match):
-        key, value = f"sampler__{match['name']}", match["value"]
-        option = _option(key, given)
-        if value is None:
-            return option
+    def with_value(option: str, value: str) -> str:  # ("--set name=value", or a shorthand option and its value)
         return f"{option}={value}" if option.startswith("--set") else f"{option} {value}"
+
+    def option_value(match):
+        option = _option(f"sampler__{match['name']}", given)
+        return option if match["value"] is None else with_value(option, match["value"])
 
     message = re.sub(r"\bsampler__(?P<name>\w+)(?:=(?P<value>[^\s,;)]+))?", option_value, message)
     message = re.sub(r"\bburn_in(?= \(now)", lambda m: _option("burn_in", given), message)  # "increase burn_in (now"
-    message = re.sub(r"\bmax_epochs=(?P<value>\d+)", lambda m: (lambda o: f"{o}={m['value']}" if o.startswith("--set")
-                                                                 else f"{o} {m['value']}")(_option("max_epochs", given)),
+    message = re.sub(r"\bmax_epochs=(?P<value>\d+)", lambda m: with_value(_option("max_epochs", given), m["value"]),
                      message)  # (burn_in_words: "at most half of the max_epochs=1 run")
     message = re.sub(r"\bn_draws(?= \(now)", lambda m: _option("n_draws", given), message)  # "Increase n_draws (now"
     # the warnings' advice ("more n_draws or thinning (now ...)", "several chains (n_chains)", "Use

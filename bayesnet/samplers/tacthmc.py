@@ -370,9 +370,7 @@ class TACTHMC(Sampler):
         return self._stable_and_cool(curvature, noise_fraction, 1.0)
 
     def coordinate_noise_budget(self) -> float:
-        """``2 noise HEAT``: the thermostat's friction absorbs the mean heat over coordinates; on one coordinate it
-        is at least the injected noise's level ``c``, and the gradient noise heats it by at most
-        ``eta m_i Var_i / (2 c)``."""
+        """As :class:`SGNHT`'s: ``2 noise HEAT`` (its thermostat's friction on one coordinate is at least ``c``)."""
         return 2.0 * float(self.noise) * HEAT
 
     def restart_members(self, state: TACTHMCState, members: Tensor, potential: Potential, batch: Any) -> None:

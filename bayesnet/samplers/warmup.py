@@ -433,6 +433,11 @@ def _window_descending(warm: WarmUp, n_coordinates: int) -> Tensor | None:
 N_BATCHES = 4
 
 
+def _last_batches(warm: WarmUp, batch) -> list:
+    """``batch`` and the ``N_BATCHES - 1`` mini-batches seen before it (the warm-up's measurements' rows)."""
+    return [b for b in warm.recent if b is not batch][-(N_BATCHES - 1):] + [batch]
+
+
 def _measure(warm: WarmUp, potential, batch, state, inverse_mass,
              transform=None) -> tuple[Tensor, Tensor | None, list]:
     """The largest preconditioned curvature and the noise fraction, per member, over the last ``N_BATCHES``
@@ -441,7 +446,7 @@ def _measure(warm: WarmUp, potential, batch, state, inverse_mass,
     fraction. The power iteration on each further batch starts from the previous one's vector. ``transform``:
     the kernel's preconditioner beyond the mass (:meth:`~bayesnet.samplers.Sampler.prepare_step_size`),
     applied on both sides of the Hessian. Also returns the power iteration's last vector."""
-    batches = [b for b in warm.recent if b is not batch][-(N_BATCHES - 1):] + [batch]
+    batches = _last_batches(warm, batch)
     lams, rhos, v = [], [], None
     for k, b in enumerate(reversed(batches)):
         lam, v = curvature(potential, b, state.position, inverse_mass, state.layout, state.rng,
@@ -1013,16 +1018,6 @@ def settle_likelihood(sampler, state, potential) -> bool:
     return True
 
 
-def _members_of(value: Tensor, like: Tensor) -> Tensor:
-    """A per-member (or per-chain, members packed chain major) quantity broadcast against a parameter tensor
-    ``like`` ``(S, ...)``; one without a member axis as it is."""
-    if not value.ndim or not like.ndim:
-        return value
-    if value.numel() != like.shape[0]:
-        value = value.repeat_interleave(like.shape[0] // value.numel())
-    return member_view(value, like)
-
-
 def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     r"""At each step size the warm-up sets, a likelihood's own parameter (a regressor's log noise variance
     :math:`\gamma`) whose mini-batch gradient noise limits it takes the lightest mass that noise allows at that
@@ -1040,14 +1035,14 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     gradient noise heating it by ``HEAT`` (5 %) of the temperature at the step ``eta`` just set, where the noise
     limits it: where that bound lies below its stability bound ``lambda / k`` (no stiffer than the stiffest
     direction measured, ``lambda`` the curvature the step was set from). At the final window's start, whose step
-    the kept draws use (at the start, for a warm-up too short for windows), it is lowered to that bound too where the window's moments made it lighter (a coordinate
-    the rule had sped up moved more in the next window, and its secant mass let it run hot at the frozen step: 14 %
-    on friedman1, sgnht, seed 0); before, only raised, since the initial window and a window after which the
-    chain was still descending take a step that ignores the noise, and lowered to its heat bound there the noise
-    variance could not follow the descent (5-11x heavier at Mackey-Glass's start; 10 of 12 fits warned, against
-    5 of 12). Where the noise is too small to
-    limit it (a full batch, ``V = 0``) the secant mass, which the noise no longer distorts, stands:
-    lightened to its stability bound instead, :math:`\sigma` followed a noise-free target's still improving fit
+    the kept draws use (at the start, for a warm-up too short for windows), it is lowered to that bound too where
+    the window's moments made it lighter (a coordinate the rule had sped up moved more in the next window, and its
+    secant mass let it run hot at the frozen step: 14 % on friedman1, sgnht, seed 0); before, only raised, since
+    the initial window and a window after which the chain was still descending take a step that ignores the
+    noise, and lowered to its heat bound there the noise variance could not follow the descent (5-11x heavier at
+    Mackey-Glass's start; 10 of 12 fits warned, against 5 of 12). Where the noise is too small to limit it (a
+    full batch, ``V = 0``) the secant mass, which the noise no longer distorts, stands: lightened to its
+    stability bound instead, :math:`\sigma` followed a noise-free target's still improving fit
     within a few steps, the data term stiffened past the frozen step, and 2 of 24 default fits of a small
     recurrent regressor on 40 rows diverged (none without the rule; none on 24 fits of 160 and 250 rows, whose
     mini-batches limit it by the heat bound). Not for a sampler without a noise budget (a step tuned on
@@ -1062,7 +1057,7 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     measure = getattr(potential, "likelihood_curvature_and_noise", None)
     if budget is None or measure is None:
         return False
-    batches = [b for b in warm.recent if b is not batch][-(N_BATCHES - 1):] + [batch]
+    batches = _last_batches(warm, batch)
     found = measure(batches, max(b[1].shape[0] for b in batches))
     if not found:
         return False
@@ -1076,12 +1071,12 @@ def likelihood_mass(sampler, state, potential, batch, transform=None) -> bool:
     for k, (curv, noise) in found.items():
         m = parts[k]
         curv, noise = curv.reshape(m.shape).to(eta.device), noise.reshape(m.shape).to(eta.device)
-        e, lm = (_members_of(x, m) for x in (eta, lam))
-        with torch.no_grad():
-            heat = budget / (e * noise)  # (inf where there is no noise: never taken)
-            stable = lm / curv
+        with torch.no_grad():  # (one member per chain: the step and curvature are per member, or one value)
+            heat = budget / (member_view(eta, m) * noise)  # (inf where there is no noise: never taken)
+            stable = member_view(lam, m) / curv
+            old = m.double()
             take = (noise > 0) & (curv > 0) & torch.isfinite(heat) & (heat < stable) \
-                & ((heat > m.double()) | (final & (heat < m.double())))
+                & ((heat > old) | (final & (heat < old)))
             if bool(take.any()):
                 m.copy_(torch.where(take, heat.to(m.dtype), m))
                 changed = True
