@@ -5,6 +5,7 @@ import csv
 import os
 import re
 import signal
+import warnings
 
 import joblib
 import numpy as np
@@ -507,6 +508,7 @@ def test_predict_reads_a_model_whose_header_length_spells_a_pickle_magic(tmp_pat
 @pytest.mark.parametrize("key,value,message", [
     ("features", ["a", "b"], "feature names ['a', 'b'] are not 3 distinct column names"),
     ("features", 5, "feature names 5 are not"),
+    ("features", ["a", "c", "b"], "feature names ['a', 'c', 'b'] are not the ones the model was fitted on"),
     ("target", 5, "target 5 is not a column name"),
     ("partial", "short\x1b[2J", "partial-fit note is not printable text"),
     ("task", "regression", "task 'regression' is not the model's (BayesianMLPClassifier)"),
@@ -526,6 +528,41 @@ def test_predict_refuses_metadata_it_cannot_use(tmp_path, capsys, fitted, key, v
     assert main(["predict", str(crafted), "--data", data]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "malformed bayesnet model file" in err and message in err
+
+
+def test_a_saved_model_takes_a_dataframe_in_python_and_checks_its_column_names(tmp_path, fitted):
+    """Before: the command fitted on arrays, so the model it saved warned "X has feature names, but
+    StandardScaler was fitted without feature names" on a DataFrame, and read columns by position whatever
+    their names. Now it is fitted with the CSV's column names."""
+    import pandas as pd
+
+    from bayesnet.io import load
+
+    path, data = fitted
+    model = load(path)
+    assert list(model.feature_names_in_) == ["a", "b", "c"]
+    frame = pd.read_csv(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        proba = model.predict_proba(frame[["a", "b", "c"]])
+    assert proba.shape == (len(frame), 2) and np.isfinite(proba).all()
+    with pytest.raises(ValueError, match="feature names"):
+        model.predict_proba(frame[["a", "c", "b"]])
+
+
+def test_the_bundled_data_s_model_takes_its_dataframe(tmp_path):
+    """The bundled breast-cancer data's column names are numpy strings, which scikit-learn does not take for
+    names: the model was fitted without them (the warning above) until they were made str."""
+    from sklearn.datasets import load_breast_cancer
+
+    from bayesnet.io import load
+
+    path = str(tmp_path / "bc.bayesnet")
+    assert main(["fit", *TINY, "--hidden", "4", "--output", path]) == 0
+    frame = load_breast_cancer(as_frame=True).data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load(path).predict(frame.iloc[:5]).shape == (5,)
 
 
 def test_predict_names_a_damaged_or_newer_model_file_as_such(tmp_path, capsys, fitted):

@@ -109,6 +109,9 @@ def _check_metadata(path: str, model, meta: dict) -> None:
     if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)
             and len(set(features)) == len(features) and (n_in is None or len(features) == n_in)):
         bad(f"feature names {features!r} are not {n_in or 'the'} distinct column names the model reads")
+    fitted_names = getattr(model, "feature_names_in_", None)
+    if fitted_names is not None and list(fitted_names) != features:
+        bad(f"feature names {features!r} are not the ones the model was fitted on, {list(fitted_names)!r}")
 
 
 def _load_pickle(path: str, allow_pickle: bool):
@@ -167,7 +170,8 @@ def _fit_data(settings: dict, args):
         from sklearn.datasets import load_breast_cancer
 
         data = load_breast_cancer()
-        return data.data, data.target_names[data.target], list(data.feature_names)
+        return data.data, data.target_names[data.target], [str(f) for f in data.feature_names]  # (not np.str_,
+        # which scikit-learn does not take for a column name)
     if settings["source"] == "sunspots":
         from ..datasets import load_sunspots
 
@@ -205,6 +209,10 @@ def _fit(args) -> int:
     _check_output_path(args.output, inputs={"--data": getattr(args, "data", None)})
     X, y, features = _fit_data(settings, args)
     task, source = settings["task"], settings["source"]
+    if task != "forecast":  # fitted with its column names, so that the saved model takes a DataFrame in Python
+        import pandas as pd  # without scikit-learn's "X has feature names" warning, and checks the names it gets
+
+        X = pd.DataFrame(X, columns=features)
     Xtr, Xte, ytr, yte = _split(X, y, settings, args)
     meta = {"task": task, "source": source, "features": features, "target": args.target,
             "model": settings["kind"], "input_shape": settings["input_shape"], "partial": None}
@@ -346,6 +354,8 @@ def _predict(args) -> int:
                             "model was fitted on.")
         X = _numeric(args.data, names, body, meta["features"], "feature")
         index = np.arange(len(X))
+        if hasattr(model, "feature_names_in_"):  # (models saved before 2026-11-29 were fitted on arrays)
+            X = pd.DataFrame(X, columns=meta["features"])
     if meta["task"] == "classification":
         proba, lo, hi = model.predict_proba(X, return_interval=True, level=args.level)
         classes = model[-1].classes_
