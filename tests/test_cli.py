@@ -175,10 +175,14 @@ def test_forecast_series_too_short(tmp_path, capsys):
     assert "too few for --dimension 20 x --delay 1 = 20 lags" in capsys.readouterr().err
 
 
-def test_input_shape_must_hold_the_feature_columns(tmp_path, capsys, good_csv):
-    assert main(["fit", "--data", good_csv, "--target", "label", "--model", "cnn", "--input-shape", "1,2,2",
-                 *TINY]) == 2
-    assert "--input-shape 1,2,2 holds 4 values per row, but the data has 3 feature columns" in \
+@pytest.mark.parametrize("options, words", [
+    (["--input-shape", "1,2,2"], "--input-shape 1,2,2"),
+    # (before: the estimator's words, "X has 3 features, which input_shape=(1, 2, 2) cannot hold")
+    (["--set", "input_shape=(1,2,2)"], "--set input_shape=1,2,2"),
+])
+def test_input_shape_must_hold_the_feature_columns(tmp_path, capsys, good_csv, options, words):
+    assert main(["fit", "--data", good_csv, "--target", "label", "--model", "cnn", *options, *TINY]) == 2
+    assert f"error: {words} holds 4 values per row, but the data has 3 feature columns" in \
         capsys.readouterr().err
 
 

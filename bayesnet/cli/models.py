@@ -213,7 +213,15 @@ def _build_pipeline(settings: dict, embed: int | None = None):
     return make_pipeline(*steps, settings["cls"](**settings["params"]))
 
 def _check_shape(settings: dict, n_features: int) -> None:
-    shape = settings.get("input_shape")
-    if shape is not None and math.prod(shape) != n_features:
-        raise CLIError(f"--input-shape {','.join(map(str, shape))} holds {math.prod(shape)} values per row, but "
+    """``--input-shape`` (or the CNN's ``--set input_shape``) against the data's feature columns, in the words
+    the user gave (the estimator's own check names ``input_shape=(5, 7)``); a shape that is not positive
+    integers is left to the estimator's validation."""
+    shape, option = settings.get("input_shape"), "--input-shape "
+    if shape is None and settings["given"].get("input_shape") == "--set input_shape":
+        shape, option = settings["params"]["input_shape"], "--set input_shape="
+    if not (isinstance(shape, (tuple, list)) and shape
+            and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)):
+        return
+    if math.prod(shape) != n_features:
+        raise CLIError(f"{option}{','.join(map(str, shape))} holds {math.prod(shape)} values per row, but "
                         f"the data has {n_features} feature columns.")
