@@ -349,6 +349,9 @@ def test_rnn_takes_windows_and_takens_pipelines(henon):
     with pytest.raises(ValueError, match=r"expecting 4 features as input: .*sequences of shape \(4, 2\) "
                                          r"\(n_timesteps, n_features\): pass X of shape \(n_samples, 4, 2\)"):
         seq.predict(np.stack([Xte, Xte ** 2], axis=2).reshape(len(Xte), -1))  # flattened multivariate sequences
+    with pytest.raises(ValueError, match=r"X is 2-D, which BayesianRNNClassifier reads as one univariate sequence "
+                                         r"per row .*sequences of shape \(4, 2\): pass X of shape \(n_samples, 4, 2\)"):
+        seq.predict(Xte)  # one feature of two (before: "X has samples of shape (4, 1)", not why)
     with pytest.raises(ValueError, match="sequences of 2 different lengths .*pad or cut"):
         BayesianRNNClassifier(**SMALL_RNN, **SHORT).fit([np.zeros((3, 1)), np.zeros((4, 1))] * 10, np.arange(20) % 2)
     with pytest.raises(ValueError, match="n_lags must be a positive integer, got True"):

@@ -82,6 +82,11 @@ class _RNNNet(BayesianNeuralNet):
                     f"of shape (n_samples, {fitted[0]}, {fitted[1]})")
             raise ValueError(f"X has {shape[1]} features, but {type(self).__name__} is expecting {fitted[0]} features "
                              f"as input: a 2-D X holds one univariate sequence per row, {what}.")
+        if not reset and fitted is not None and shape is not None and len(shape) == 2 and fitted[1] != 1:
+            raise ValueError(f"X is 2-D, which {type(self).__name__} reads as one univariate sequence per row "
+                             f"(samples of shape ({shape[1]}, 1): n_timesteps, n_features), but the fit's samples "
+                             f"were sequences of shape {tuple(fitted)}: pass X of shape (n_samples, {fitted[0]}, "
+                             f"{fitted[1]}).")
         return X
 
     def _shape_input(self, X: np.ndarray, reset: bool) -> np.ndarray:
