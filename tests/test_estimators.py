@@ -219,6 +219,14 @@ def test_bad_data(cancer, fitted_clf):
         BayesianMLPClassifier(**FAST).predict_proba(Xte)
     with pytest.raises(ValueError, match="level"):
         fitted_clf.predict_proba(Xte, return_interval=True, level=1.5)
+    # complex X, at fit and predict, as an array or a list: scikit-learn's words printed the whole array
+    for bad in (Xtr.astype(complex), Xtr[:3].astype(complex).tolist()):
+        with pytest.raises(ValueError, match=r"Complex data not supported: X holds complex numbers \(complex128\), "
+                                             r"and BayesianMLPClassifier takes real inputs. Pass the real") as info:
+            BayesianMLPClassifier(**FAST).fit(bad, ytr[:len(bad)])
+        assert len(str(info.value)) < 300
+    with pytest.raises(ValueError, match="Complex data not supported: X holds complex numbers"):
+        fitted_clf.predict(Xte.astype(np.complex64))
 
 
 def test_a_column_vector_y_warns_once(cancer):

@@ -496,7 +496,15 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
     def _check_samples_shape(self, X, reset: bool) -> None:
         """Input of more than two axes against the fitted per-sample shape, before scikit-learn's feature count,
         which reads only the second axis ("X has 1 features, but ... is expecting 2" for a sequence of another
-        length)."""
+        length). Complex input is refused in words shorter than scikit-learn's, which print the whole array."""
+        try:
+            complex_input = np.iscomplexobj(X)
+        except (ValueError, TypeError):  # (ragged or odd input: scikit-learn's validation names it)
+            complex_input = False
+        if complex_input:  # ("Complex data not supported": the words scikit-learn's checks look for)
+            raise ValueError(f"Complex data not supported: X holds complex numbers ({np.asarray(X).dtype}), and "
+                             f"{type(self).__name__} takes real inputs. Pass the real and imaginary parts (or "
+                             "magnitude and phase) as separate features.")
         shape, fitted = getattr(X, "shape", None), getattr(self, "input_shape_", None)
         if reset or shape is None or len(shape) <= 2 or fitted is None or len(fitted) != len(shape) - 1:
             return X
