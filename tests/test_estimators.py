@@ -227,6 +227,14 @@ def test_bad_data(cancer, fitted_clf):
         assert len(str(info.value)) < 300
     with pytest.raises(ValueError, match="Complex data not supported: X holds complex numbers"):
         fitted_clf.predict(Xte.astype(np.complex64))
+    # object labels that cannot be sorted into classes (before: "'<' not supported between instances of ...")
+    labels = np.where(ytr == 1, "yes", "no").astype(object)
+    labels[[3, 7]] = None
+    with pytest.raises(ValueError, match=r"y holds 2 missing labels \(None\), the first in row 3: drop"):
+        BayesianMLPClassifier(**FAST).fit(Xtr, labels)
+    labels[[3, 7]] = 1
+    with pytest.raises(ValueError, match=r"y mixes text and numeric labels \(row 0 holds '(yes|no)', row 3 holds 1\)"):
+        BayesianMLPClassifier(**FAST).fit(Xtr, labels)
 
 
 def test_a_column_vector_y_warns_once(cancer):

@@ -67,12 +67,33 @@ def _target_scale(y2: np.ndarray, warn: bool) -> tuple[np.ndarray, np.ndarray]:
     return mean, scale
 
 
+def _check_label_types(y: np.ndarray) -> None:
+    """Object labels that cannot be sorted into classes: missing ones (None) among others, or several kinds
+    (text and numbers). ValueError naming the first such row; scikit-learn's sort raised "'<' not supported
+    between instances of 'NoneType' and 'str'" (stop 54's user finding)."""
+    if y.dtype != object or not len(y):
+        return
+    kinds = np.array([type(v).__name__ for v in y])
+    missing = np.flatnonzero(kinds == "NoneType")
+    if missing.size and missing.size < len(y):
+        raise ValueError(f"y holds {missing.size} missing labels (None), the first in row {missing[0]}: drop those "
+                         "rows or give them a label.")
+    numbers = np.isin(kinds, ["int", "float", "bool"]) | np.array([isinstance(v, np.number) for v in y])
+    text = np.isin(kinds, ["str", "str_"])
+    if numbers.any() and text.any():
+        raise ValueError(f"y mixes text and numeric labels (row {np.flatnonzero(text)[0]} holds "
+                         f"{y[np.flatnonzero(text)[0]]!r}, row {np.flatnonzero(numbers)[0]} holds "
+                         f"{y[np.flatnonzero(numbers)[0]]!r}): write every label one way, for example "
+                         "y.astype(str).")
+
+
 class BayesianClassifierMixin(ClassifierMixin):
     """Classification head: categorical likelihood, Monte Carlo class probabilities."""
 
     def _validate_targets(self, y, reset: bool, classes=None):
         # (not from fit's probe or a worker's group of chains: the fit itself warns, once)
         y = column_or_1d(y, warn=not vars(self).get("_quiet_data", False))
+        _check_label_types(y)
         check_classification_targets(y)
         if classes is not None and np.ndim(classes) != 1:  # (before: LabelEncoder's "y should be a 1d array")
             raise ValueError(f"classes must be a 1-D list of the class labels, got an array of shape "
