@@ -1011,15 +1011,16 @@ def test_the_coordinate_noise_budget_is_the_heat_the_kernel_adds(name, settings,
 
 
 @pytest.mark.parametrize("name, batch, seed", [("sgld", 50, 0), ("sghmc", 50, 0), ("baoab", 50, 0), ("hmc", 50, 0),
-                                               ("sghmc", 300, 0), ("sghmc", 50, 2)])
+                                               ("eqn", 50, 0), ("sghmc", 300, 0), ("sghmc", 50, 2)])
 def test_the_warm_up_gives_the_noise_variance_the_lightest_mass_its_noise_allows(name, batch, seed, monkeypatch):
     """At every step size it sets, the warm-up raises the log noise variance's inverse mass to its heat bound
     (``coordinate_noise_budget() / (eta V)``, from the mini-batch noise ``V`` the posterior reads off the residuals)
     where that bound lies below its stability bound (``lambda / k``, ``k`` its curvature), lowers it to that bound
     at the final window's start (the step the kept draws use), and leaves every network coordinate as the window's
     moments set it. The frozen kernel keeps the last mass set. On
-    the full batch (no noise) and for hmc (a step tuned on acceptance, no noise budget) the mass is the moments'
-    alone."""
+    the full batch (no noise), for hmc (a step tuned on acceptance, no noise budget) and for eqn (several walkers
+    per chain share a mass: a raised one re-averaged every chain's, not bit-exact in float32) the mass is the
+    moments' alone."""
     import bayesnet.samplers.warmup as warmup_module
 
     calls, original = [], warmup_module.likelihood_mass
@@ -1032,8 +1033,9 @@ def test_the_warm_up_gives_the_noise_variance_the_lightest_mass_its_noise_allows
             patch.setattr(type(potential), "likelihood_curvature_and_noise",
                           lambda self, *a: seen.update(read(*a)) or dict(seen))
             changed = original(sampler, state, potential, batch, transform)
+        budget = sampler.coordinate_noise_budget() if sampler.members_per_chain() == 1 else None
         calls.append((before, state.precond.inverse_mass.clone(), state.precond.step_size.clone(),
-                      state.warmup.curvature.clone(), seen, sampler.coordinate_noise_budget(), changed, state.step))
+                      state.warmup.curvature.clone(), seen, budget, changed, state.step))
         return changed
 
     monkeypatch.setattr(warmup_module, "likelihood_mass", spy)
@@ -1055,7 +1057,7 @@ def test_the_warm_up_gives_the_noise_variance_the_lightest_mass_its_noise_allows
         assert changed == bool((after != before).any())
         raised += int((after[:, -1] > before[:, -1]).sum())
         lowered += int((after[:, -1] < before[:, -1]).sum())
-    assert (raised > 0) == (name != "hmc" and batch < 300)
+    assert (raised > 0) == (name not in ("hmc", "eqn") and batch < 300)
     if seed == 2:  # (a reviewer's: at seed 0 no member needs lowering at the final window's start, at seed 2 some do)
         assert lowered > 0
     assert torch.equal(state.precond.inverse_mass, calls[-1][1])
