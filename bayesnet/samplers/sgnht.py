@@ -31,6 +31,12 @@ class SGNHTState(MomentumState):
     thermostat: Tensor
 
 
+def friction_flow(z: Tensor) -> Tensor:
+    """The thermostat friction's exact flow over one step, ``e^{-z}`` per chain: what the momenta are multiplied
+    by (the papers' Euler step is ``1 - z``; see :class:`SGNHT`)."""
+    return torch.exp(-z)
+
+
 @register_sampler
 class SGNHT(Sampler):
     r"""Stochastic gradient Nosé-Hoover thermostat (Ding et al. 2014), as Luo et al. 2018 uses it.
@@ -46,10 +52,21 @@ class SGNHT(Sampler):
     .. math::
 
         z &\leftarrow z + \big(r^\top r / D - \eta T\big) / \gamma \\
-        r &\leftarrow r - \eta \nabla\tilde U(\theta) + \mathcal N(0, 2 c\, \eta T) - z\, r \\
+        r &\leftarrow e^{-z} r - \eta \nabla\tilde U(\theta) + \mathcal N(0, 2 c\, \eta T) \\
         \theta &\leftarrow \theta + r
 
-    with :math:`D` the number of parameters. The invariant density has
+    with :math:`D` the number of parameters. The friction is applied as its
+    exact flow :math:`e^{-z} r`, as splitting schemes for thermostats do
+    (Leimkuhler and Shang 2016), where Ding et al. 2014 (Algorithm 2) and
+    Luo et al. 2018 (Algorithm 1, line 10) take the Euler step
+    :math:`r - z r`. The two agree to first order (at equilibrium :math:`z`
+    is of the order of the step), but above :math:`z = 2` the Euler step
+    reverses and amplifies the momenta, and the thermostat fluctuates by
+    about :math:`\eta\sqrt{2/D}/\gamma` a step: on a 4-parameter linear
+    regression (4 chains, mini-batches of 50 of 300 rows) 3 of 6 seeds
+    diverged within 4,000 steps after the warm-up with the Euler step,
+    none with the exact flow, which never amplifies the momenta for
+    :math:`z \ge 0`. The invariant density has
     :math:`\theta \sim \exp(-U/T)`, :math:`r \sim \mathcal N(0, \eta T I)`, and
     the thermostat concentrated around :math:`c` plus the unknown
     gradient-noise level (Luo et al. 2018 Theorem 1 with :math:`\lambda = 1`).
@@ -97,7 +114,9 @@ class SGNHT(Sampler):
     References
     ----------
     N. Ding et al., "Bayesian sampling using stochastic gradient thermostats",
-    NeurIPS 2014, Algorithm 2; Luo et al. 2018 Sec. 3.1, 3.3, 4 and Algorithm 1.
+    NeurIPS 2014, Algorithm 2; Luo et al. 2018 Sec. 3.1, 3.3, 4 and Algorithm 1;
+    B. Leimkuhler and X. Shang, "Adaptive thermostats for noisy gradient
+    systems", SIAM J. Sci. Comput. 38(2), 2016 (the friction's exact flow).
     """
 
     name = "sgnht"
@@ -174,8 +193,9 @@ class SGNHT(Sampler):
             z = clamp_friction(state, z)
         state.thermostat = z
         value, grad = potential.value_and_grad(batch)
-        with torch.no_grad():  # the thermostat friction -z r, on the buffer the momenta are views of
-            flat.mul_((1.0 - z).unsqueeze(-1) if flat.ndim == 2 else 1.0 - z)
+        with torch.no_grad():  # the thermostat friction's exact flow e^-z r, on the buffer the momenta are views of
+            decay = friction_flow(z)
+            flat.mul_(decay.unsqueeze(-1) if flat.ndim == 2 else decay)
             torch._foreach_addcmul_(r, list(grad), kick, value=-1.0)
             flat.addcmul_(normal_flat(state.rng, state.layout, flat.numel(), flat.dtype).view_as(flat), noise)
         position_step(state.position, r)
@@ -198,7 +218,8 @@ class SGNHT(Sampler):
             t_kin = (flat * flat * weight).sum(-1) / dim
             z = thermostat + eta * (t_kin - temperature) / inertia
             grads, (_, u) = grad_and_value(position, X, y, factors, offset)
-            flat = flat * ((1.0 - z).unsqueeze(-1) if flat.ndim == 2 else 1.0 - z)
+            decay = friction_flow(z)
+            flat = flat * (decay.unsqueeze(-1) if flat.ndim == 2 else decay)
             flat = flat - flatten(grads, layout) * kick + noise_draw * noise
             moved = [p + m for p, m in zip(position, views(flat, position))]
             return moved, flat, z, u, t_kin
