@@ -179,6 +179,7 @@ def test_forecast_series_too_short(tmp_path, capsys):
     (["--input-shape", "1,2,2"], "--input-shape 1,2,2"),
     # (before: the estimator's words, "X has 3 features, which input_shape=(1, 2, 2) cannot hold")
     (["--set", "input_shape=(1,2,2)"], "--set input_shape=1,2,2"),
+    (["--set", "input_shape=(1,2.0,2)"], "--set input_shape=1,2,2"),  # (the estimator takes 2.0 for 2)
 ])
 def test_input_shape_must_hold_the_feature_columns(tmp_path, capsys, good_csv, options, words):
     assert main(["fit", "--data", good_csv, "--target", "label", "--model", "cnn", *options, *TINY]) == 2

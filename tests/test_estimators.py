@@ -235,6 +235,9 @@ def test_bad_data(cancer, fitted_clf):
     labels[[3, 7]] = 1
     with pytest.raises(ValueError, match=r"y mixes text and numeric labels \(row 0 holds '(yes|no)', row 3 holds 1\)"):
         BayesianMLPClassifier(**FAST).fit(Xtr, labels)
+    labels[[3, 7]] = b"yes"
+    with pytest.raises(ValueError, match=r"y mixes text and bytes labels \(row 0 holds '(yes|no)', row 3 holds b'yes'"):
+        BayesianMLPClassifier(**FAST).fit(Xtr, labels)
 
 
 def test_a_column_vector_y_warns_once(cancer):

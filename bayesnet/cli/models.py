@@ -6,6 +6,7 @@ import difflib
 import inspect
 import math
 import re
+from numbers import Real
 
 import numpy as np
 
@@ -213,15 +214,16 @@ def _build_pipeline(settings: dict, embed: int | None = None):
     return make_pipeline(*steps, settings["cls"](**settings["params"]))
 
 def _check_shape(settings: dict, n_features: int) -> None:
-    """``--input-shape`` (or the CNN's ``--set input_shape``) against the data's feature columns, in the words
-    the user gave (the estimator's own check names ``input_shape=(5, 7)``); a shape that is not positive
-    integers is left to the estimator's validation."""
+    """``--input-shape`` (or the CNN's ``--set input_shape``) against the data's feature columns, named by the
+    option the user gave, in its comma-separated form (the estimator's own check names ``input_shape=(5, 7)``); a
+    shape that is not positive whole numbers is left to the estimator's validation."""
     shape, option = settings.get("input_shape"), "--input-shape "
     if shape is None and settings["given"].get("input_shape") == "--set input_shape":
         shape, option = settings["params"]["input_shape"], "--set input_shape="
-    if not (isinstance(shape, (tuple, list)) and shape
-            and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)):
+    if not (isinstance(shape, (tuple, list)) and shape and all(
+            isinstance(s, Real) and not isinstance(s, bool) and float(s).is_integer() and s > 0 for s in shape)):
         return
+    shape = [int(s) for s in shape]  # (the estimator takes 3.0 for 3)
     if math.prod(shape) != n_features:
         raise CLIError(f"{option}{','.join(map(str, shape))} holds {math.prod(shape)} values per row, but "
                         f"the data has {n_features} feature columns.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from numbers import Real
+from numbers import Number, Real
 
 import numpy as np
 import torch
@@ -68,23 +68,24 @@ def _target_scale(y2: np.ndarray, warn: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_label_types(y: np.ndarray) -> None:
-    """Object labels that cannot be sorted into classes: missing ones (None) among others, or several kinds
-    (text and numbers). ValueError naming the first such row; scikit-learn's sort raised "'<' not supported
-    between instances of 'NoneType' and 'str'" (stop 54's user finding)."""
+    """Object labels that cannot be sorted into classes: missing ones (None, pandas' NA) among others, or several
+    kinds (text, bytes and numbers). ValueError naming the first such rows; scikit-learn's sort raised "'<' not
+    supported between instances of 'NoneType' and 'str'" (stop 54's user finding)."""
     if y.dtype != object or not len(y):
         return
-    kinds = np.array([type(v).__name__ for v in y])
-    missing = np.flatnonzero(kinds == "NoneType")
-    if missing.size and missing.size < len(y):
-        raise ValueError(f"y holds {missing.size} missing labels (None), the first in row {missing[0]}: drop those "
-                         "rows or give them a label.")
-    numbers = np.isin(kinds, ["int", "float", "bool"]) | np.array([isinstance(v, np.number) for v in y])
-    text = np.isin(kinds, ["str", "str_"])
-    if numbers.any() and text.any():
-        raise ValueError(f"y mixes text and numeric labels (row {np.flatnonzero(text)[0]} holds "
-                         f"{y[np.flatnonzero(text)[0]]!r}, row {np.flatnonzero(numbers)[0]} holds "
-                         f"{y[np.flatnonzero(numbers)[0]]!r}): write every label one way, for example "
-                         "y.astype(str).")
+    missing = np.array([v is None or type(v).__name__ == "NAType" for v in y])
+    if missing.any() and not missing.all():
+        first = int(np.flatnonzero(missing)[0])
+        raise ValueError(f"y holds {int(missing.sum())} missing labels ({y[first]!r}), the first in row {first}: drop "
+                         "those rows or give them a label.")
+    kinds = {"text": np.array([isinstance(v, str) for v in y]),
+             "bytes": np.array([isinstance(v, bytes) for v in y]),
+             "numeric": np.array([isinstance(v, (Number, np.number)) for v in y])}
+    present = {k: int(np.flatnonzero(v)[0]) for k, v in kinds.items() if v.any()}
+    if len(present) > 1:
+        (a, i), (b, j) = sorted(present.items(), key=lambda kv: kv[1])[:2]
+        raise ValueError(f"y mixes {a} and {b} labels (row {i} holds {y[i]!r}, row {j} holds {y[j]!r}): write every "
+                         "label one way, for example y.astype(str).")
 
 
 class BayesianClassifierMixin(ClassifierMixin):
