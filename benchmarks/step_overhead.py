@@ -453,9 +453,10 @@ class HandWrittenLoop:
                 u, grads = self._value_grad(X, y)
                 with torch.no_grad():
                     kick = self._normal(1).reshape(())
-                    r_xi = (r_xi - dlam * (eta_xi * u + math.sqrt(2.0 * c_xi * eta_xi * T) * kick)
-                            - dlam * dlam * self.xi_thermostat * r_xi + eta_xi * delta_a)
-                    decay = 1.0 - lam * lam * self.thermostat
+                    # the friction as its exact flow (TACTHMC's default friction_step="exact")
+                    r_xi = (torch.exp(-dlam * dlam * self.xi_thermostat) * r_xi
+                            - dlam * (eta_xi * u + math.sqrt(2.0 * c_xi * eta_xi * T) * kick) + eta_xi * delta_a)
+                    decay = torch.exp(-lam * lam * self.thermostat)
                     noise_std = lam * math.sqrt(2.0 * c * eta * T)
                     for m, g, w in zip(r, grads, self._split(self._normal())):
                         m.mul_(decay).add_(-eta * lam * g + noise_std * w)

@@ -26,8 +26,9 @@ from targets import bayesian_linear_regression, correlated_gaussian, four_modes_
 
 # settings of the synthetic experiments: [eta_theta, eta_xi, c_theta, c_xi, gamma_theta, gamma_xi, K]
 SPEC = [0.01, 0.005, 0.05, 0.05, 1.0, 1.0, 50]
+# the paper's synthetic settings, paper-faithful: its 7-tuple and its Euler friction step (as from_specification)
 SYNTHETIC = dict(zip(("step_size", "tempering_step_size", "noise", "tempering_noise", "thermal_inertia",
-                      "tempering_thermal_inertia", "steps_per_sample"), SPEC))
+                      "tempering_thermal_inertia", "steps_per_sample"), SPEC), friction_step="euler")
 
 
 # --------------------------------------------------------------------------- #
@@ -58,6 +59,8 @@ def test_paper_specification_maps_to_named_hyperparameters():
     assert (s.thermal_inertia, s.tempering_thermal_inertia, s.steps_per_sample) == (1.0, 1.0, 50)
     s = TACTHMC.from_specification([0.0010, 0.0010, 0.10, 0.10, 1.0, 1.0, 50], biasing="metadynamics")  # CNN
     assert s.noise == 0.10 and s.biasing == "metadynamics"
+    assert s.friction_step == "euler" and TACTHMC().friction_step == "exact"  # the paper's step, or the exact flow
+    assert TACTHMC.from_specification(SPEC, friction_step="exact").friction_step == "exact"
     with pytest.raises(ValueError, match="7 entries"):
         TACTHMC.from_specification([0.0012, 0.0012, 0.012, 0.15, 0.15, 1.0, 1.0, 50])  # RNN row as printed
 
@@ -66,6 +69,7 @@ def test_paper_specification_maps_to_named_hyperparameters():
     (dict(coupling_width=0.3), "coupling_width"), (dict(wall=0.2), "wall"), (dict(steps_per_sample=0), "steps"),
     (dict(biasing="wtmd"), "biasing"), (dict(tempering_step_size=0), "tempering_step_size"),
     (dict(metadynamics_bias_temperature=-1.0), "bias_temperature"), (dict(coupling_order=1.5), "coupling_order"),
+    (dict(friction_step="exp"), "friction_step"),
 ])
 def test_bad_hyperparameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
