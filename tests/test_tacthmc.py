@@ -61,6 +61,18 @@ def test_paper_specification_maps_to_named_hyperparameters():
     assert s.noise == 0.10 and s.biasing == "metadynamics"
     assert s.friction_step == "euler" and TACTHMC().friction_step == "exact"  # the paper's step, or the exact flow
     assert TACTHMC.from_specification(SPEC, friction_step="exact").friction_step == "exact"
+
+
+def test_a_sampler_pickled_before_friction_step_reads_as_the_euler_step_it_ran():
+    """A TACTHMC pickled before ``friction_step`` existed ran the paper's Euler step: it loads as "euler" (before:
+    get_params, and so bayesnet.save, raised AttributeError on it)."""
+    import pickle
+
+    old = TACTHMC(step_size=1e-3)
+    del old.__dict__["friction_step"]  # (as an earlier version's instance holds it)
+    loaded = pickle.loads(pickle.dumps(old))
+    assert loaded.get_params()["friction_step"] == "euler" and loaded.get_params()["step_size"] == 1e-3
+    assert pickle.loads(pickle.dumps(TACTHMC())).friction_step == "exact"
     with pytest.raises(ValueError, match="7 entries"):
         TACTHMC.from_specification([0.0012, 0.0012, 0.012, 0.15, 0.15, 1.0, 1.0, 50])  # RNN row as printed
 

@@ -62,7 +62,7 @@ class SGNHT(Sampler):
     :math:`r - z r`. The two agree to first order (at equilibrium :math:`z`
     is of the order of the step), but above :math:`z = 2` the Euler step
     reverses and amplifies the momenta, and the thermostat fluctuates by
-    about :math:`\eta\sqrt{2/D}/\gamma` a step: on a 4-parameter linear
+    about :math:`\eta\sqrt{2/D}/\gamma` a step: on a 5-parameter linear
     regression (4 chains, mini-batches of 50 of 300 rows) 3 of 6 seeds
     diverged within 4,000 steps after the warm-up with the Euler step,
     none with the exact flow, which never amplifies the momenta for

@@ -40,6 +40,11 @@ class TACTHMCState(MomentumState):
     tempering_step_size: float
 
 
+#: the coupling below which a chain put back at the plateau's centre at the warm-up's final window has its
+#: thermostat capped as a descent's (:meth:`TACTHMC._step`): its temperature was more than 1/0.9 of the target
+HOT_RETURN = 0.9
+
+
 def coupling(xi: Tensor, plateau: float, width: float, order: int) -> Tensor:
     r"""The coupling function :math:`\lambda(\xi)` of Luo et al. 2018 (supplement) Appendix A.
 
@@ -212,7 +217,7 @@ class TACTHMC(Sampler):
         :math:`e^{-\lambda'^2 z_\xi} r_\xi`), as :class:`SGNHT` does. The
         two agree to first order, but above :math:`\lambda^2 z_\theta = 2`
         the Euler step reverses and amplifies the momenta, which a
-        low-dimensional posterior's thermostat reaches: on a 4-parameter
+        low-dimensional posterior's thermostat reaches: on a 5-parameter
         linear regression (4 chains, mini-batches of 50 of 300 rows, the
         "auto" step) 2 of 6 seeds diverged within 4,000 steps after the
         warm-up with "euler", none with "exact".
@@ -324,6 +329,14 @@ class TACTHMC(Sampler):
         self.friction_step = friction_step
         self.preconditioner = preconditioner
         self.adaptation_steps = adaptation_steps
+
+    def __setstate__(self, state):
+        # pickled before friction_step existed (2026-11-29): that sampler ran the paper's Euler step (before:
+        # get_params and bayesnet.save raised AttributeError on it). A continued fit builds its sampler from the
+        # estimator's parameters, as for any other setting: the default, "exact", unless sampler__friction_step
+        # says otherwise
+        state.setdefault("friction_step", "euler")
+        super().__setstate__(state)
 
     def _check_params(self) -> None:
         if self.coupling_width <= self.plateau:
@@ -595,9 +608,9 @@ class TACTHMC(Sampler):
         :math:`\lambda`, the friction :math:`\lambda^2`. A chain that spent the window hot passed a step it could not
         keep on the plateau (measured: every window's step 10x the rule's, a 4-D Gaussian, 8 chains; on 6 of 12 seeds
         a chain with 0-37 % of its final window on the plateau froze at 2.5x the rule's step under a settled report,
-        and left the typical set after the freeze; 2 of 12 now). A chain brought back from off the plateau sheds
-        its tempering's heat there, and its thermostat is capped as a descent's until the guard's next check sees
-        it cool (:func:`~bayesnet.samplers.warmup.clamp_friction`; with the exact friction flow it climbed to
+        and left the typical set after the freeze; 2 of 12 now). A chain brought back more than 10 % hot
+        (:data:`HOT_RETURN`) sheds its tempering's heat there; with ``friction_step="exact"`` its thermostat is
+        capped as a descent's until the guard's next check sees it cool (:func:`~bayesnet.samplers.warmup.clamp_friction`; with the exact friction flow it climbed to
         ``z = 2`` within five steps, out of ``THERMOSTAT_RANGE``: 3 of 8 far starts reported unsettled)."""
         warm = state.warmup
         return (self.tempering and warm is not None and warm.adapt_step and len(warm.ends) > 1
@@ -607,13 +620,16 @@ class TACTHMC(Sampler):
     def _step(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple[TACTHMCState, StepInfo]:
         paused = self._tempering_paused(state)
         if paused:  # (the warm-up's final window: at the plateau's centre, at rest)
-            if int(state.step) == state.warmup.ends[-2]:
+            if int(state.step) == state.warmup.ends[-2] and self.friction_step == "exact":
                 # a chain brought from a temperature T / lambda to T sheds its heat, which pumps its thermostat (to
-                # z = 2 within five steps, measured on a 4-D Gaussian with friction_step="exact"): capped as a
-                # descent's until the guard's next check sees it cool (warmup.clamp_friction)
-                warm, off = state.warmup, (state.xi.abs() > self.plateau).reshape(-1)
+                # z = 2 within five steps, measured on a 4-D Gaussian): capped as a descent's until the guard's next
+                # check sees it cool (warmup.clamp_friction). Only a chain more than 10 % hot (lambda < 0.9): one
+                # just past the plateau's edge has no heat to shed, and a capped thermostat cannot show the guard a
+                # step too large. (The paper's Euler step damps such a chain within a step or two: left as it was.)
+                lam_old = coupling(state.xi, self.plateau, self.coupling_width, self.coupling_order)
+                warm, hot = state.warmup, (lam_old < HOT_RETURN).reshape(-1)
                 if warm.hot_descent is not None:  # (None: no check yet, every member capped)
-                    warm.hot_descent = warm.hot_descent | off
+                    warm.hot_descent = warm.hot_descent | hot
             state.xi, state.xi_momentum = torch.zeros_like(state.xi), torch.zeros_like(state.xi_momentum)
         eta_xi = self._tempering_step_size(state)
         kick, noise_scale, weight = self._scales(state)
