@@ -7,6 +7,7 @@ import warnings
 
 import joblib
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sklearn.base import clone
@@ -232,6 +233,11 @@ def test_bad_data(cancer, fitted_clf):
     labels[[3, 7]] = None
     with pytest.raises(ValueError, match=r"y holds 2 missing labels \(None\), the first in row 3: drop"):
         BayesianMLPClassifier(**FAST).fit(Xtr, labels)
+    for missing in (np.nan, pd.NA):  # (before: scikit-learn's "Input y contains NaN" without the row, pandas'
+        labels[[3, 7]] = missing  # "boolean value of NA is ambiguous")
+        for given in (labels, pd.Series(labels), labels[:, None]):
+            with pytest.raises(ValueError, match=r"y holds 2 missing labels \((nan|<NA>)\), the first in row 3"):
+                BayesianMLPClassifier(**FAST).fit(Xtr, given)
     labels[[3, 7]] = 1
     with pytest.raises(ValueError, match=r"y mixes text and numeric labels \(row 0 holds '(yes|no)', row 3 holds 1\)"):
         BayesianMLPClassifier(**FAST).fit(Xtr, labels)

@@ -68,12 +68,13 @@ def _target_scale(y2: np.ndarray, warn: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_label_types(y: np.ndarray) -> None:
-    """Object labels that cannot be sorted into classes: missing ones (None, pandas' NA) among others, or several
-    kinds (text, bytes and numbers). ValueError naming the first such rows; scikit-learn's sort raised "'<' not
-    supported between instances of 'NoneType' and 'str'" (stop 54's user finding)."""
+    """Object labels that cannot be sorted into classes: missing ones (None, pandas' NA, NaN) among others, or
+    several kinds (text, bytes and numbers). ValueError naming the first such rows; scikit-learn's sort raised
+    "'<' not supported between instances of 'NoneType' and 'str'" (stop 54's user finding), its validation "Input
+    y contains NaN" without the row, and pandas "boolean value of NA is ambiguous"."""
     if y.dtype != object or not len(y):
         return
-    missing = np.array([v is None or type(v).__name__ == "NAType" for v in y])
+    missing = np.array([v is None or type(v).__name__ == "NAType" or (isinstance(v, float) and v != v) for v in y])
     if missing.any() and not missing.all():
         first = int(np.flatnonzero(missing)[0])
         raise ValueError(f"y holds {int(missing.sum())} missing labels ({y[first]!r}), the first in row {first}: drop "
@@ -91,10 +92,17 @@ def _check_label_types(y: np.ndarray) -> None:
 class BayesianClassifierMixin(ClassifierMixin):
     """Classification head: categorical likelihood, Monte Carlo class probabilities."""
 
+    def _validate_fit_data(self, X, y, reset: bool, classes=None):
+        # the labels as given, before scikit-learn's validation reads NaN or pandas' NA in them (a column vector
+        # too; other shapes are refused there)
+        labels = None if y is None else np.asarray(y)
+        if labels is not None and labels.dtype == object and labels.ndim in (1, 2) and labels.size == len(labels):
+            _check_label_types(labels.reshape(-1))
+        return super()._validate_fit_data(X, y, reset, classes)
+
     def _validate_targets(self, y, reset: bool, classes=None):
         # (not from fit's probe or a worker's group of chains: the fit itself warns, once)
         y = column_or_1d(y, warn=not vars(self).get("_quiet_data", False))
-        _check_label_types(y)
         check_classification_targets(y)
         if classes is not None and np.ndim(classes) != 1:  # (before: LabelEncoder's "y should be a 1d array")
             raise ValueError(f"classes must be a 1-D list of the class labels, got an array of shape "
