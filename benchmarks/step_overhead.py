@@ -389,7 +389,7 @@ class HandWrittenLoop:
                 grads = self._grad(X, y)
                 with torch.no_grad():
                     z = self.thermostat
-                    decay = torch.exp(-z)  # the friction's exact flow, as the kernel (sgnht.friction_flow)
+                    decay = torch.exp(-z)  # the friction's exact flow, as the kernel (integrators.friction_flow)
                     flat.mul_(decay if flat.ndim == 1 else decay.unsqueeze(1))
                     torch._foreach_add_(r, grads, alpha=-eta)
                     flat.add_(self._normal(), alpha=std)

@@ -1140,8 +1140,8 @@ def test_sgnht_keeps_a_low_dimensional_regression_after_the_freeze(euler, monkey
     fluctuates by about ``eta sqrt(2 / D) / gamma`` a step, and with the papers' Euler friction step ``(1 - z) r``
     a swing above ``z = 2`` reversed and amplified the momenta until the chain ran off to infinity, 667 steps after
     the freeze at this seed (3 of 6 seeds within 4,000 steps). With the friction's exact flow ``e^-z r``
-    (``bayesnet.samplers.sgnht.friction_flow``) every draw is finite and the log noise variance stays near its
-    posterior (about log 0.01). Power: the Euler step at the same seed diverges."""
+    (``bayesnet.samplers.integrators.friction_flow``, as sgnht imports it) every draw is finite and the log noise
+    variance stays near its posterior (about log 0.01). Power: the Euler step at the same seed diverges."""
     import bayesnet.samplers.sgnht as sgnht_module
 
     if euler:

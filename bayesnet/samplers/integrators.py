@@ -263,6 +263,14 @@ def baoab_step(position: Sequence[Tensor], momentum: Sequence[Tensor], flat: Ten
     return value, gradient
 
 
+def friction_flow(friction: Tensor) -> Tensor:
+    """A thermostat friction's exact flow over one step, ``e^{-z}`` (``z`` the friction times the time step, per
+    chain): what the momenta are multiplied by. The papers' Euler step ``1 - z`` reverses and amplifies them above
+    ``z = 2`` (Ding et al. 2014; Luo et al. 2018 Alg. 1 line 10); sgnht's friction, and tacthmc's with
+    ``friction_step="exact"``."""
+    return torch.exp(-friction)
+
+
 def exact_ou_coefficients(friction: float, time_step: float, eta: float, temperature: float) -> tuple[float, float]:
     """Decay and noise of the exact O step in velocity-per-step units.
 

@@ -15,7 +15,7 @@ from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
 from .compiled import potential_gradients, write_back
-from .integrators import chain_numel, momentum_state, normal_flat, position_step
+from .integrators import chain_numel, friction_flow, momentum_state, normal_flat, position_step
 from .random import ChainRandom
 from .estimates import mask_like
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, clamp_friction, flatten, views
@@ -29,12 +29,6 @@ class SGNHTState(MomentumState):
     ``()`` without."""
 
     thermostat: Tensor
-
-
-def friction_flow(z: Tensor) -> Tensor:
-    """The thermostat friction's exact flow over one step, ``e^{-z}`` per chain: what the momenta are multiplied
-    by (the papers' Euler step is ``1 - z``; see :class:`SGNHT`)."""
-    return torch.exp(-z)
 
 
 @register_sampler

@@ -16,7 +16,7 @@ from ..plan import ChainLayout
 from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
 from .registry import register_sampler
 from .compiled import potential_gradients, write_back
-from .integrators import gaussian_like, momentum_views, normal_flat
+from .integrators import friction_flow, gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
 from .estimates import flatten, mask_like
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, clamp_friction, views
@@ -551,14 +551,14 @@ class TACTHMC(Sampler):
         if self.tempering:  # line 9: tempering momentum
             force = dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * xi_kick)
             if exact:
-                r_xi = torch.exp(-dlam2 * z_xi) * r_xi - force + eta_xi * delta_a
+                r_xi = friction_flow(dlam2 * z_xi) * r_xi - force + eta_xi * delta_a
             else:  # (the paper's order of operations)
                 r_xi = r_xi - force - dlam2 * z_xi * r_xi + eta_xi * delta_a
         # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta M^-1 grad + lam sqrt(2 c eta T M^-1) N (the
         # friction as e^(-lam^2 z) with friction_step="exact")
         friction = lam2 * z_theta
         lam_f = _per_chain(lam, flat)
-        decay = _per_chain(torch.exp(-friction) if exact else 1.0 - friction, flat)
+        decay = _per_chain(friction_flow(friction) if exact else 1.0 - friction, flat)
         if in_place:
             flat.mul_(decay).addcmul_(grad, kick * lam_f, value=-1.0).addcmul_(noise, noise_scale * lam_f)
         else:
@@ -610,8 +610,9 @@ class TACTHMC(Sampler):
         a chain with 0-37 % of its final window on the plateau froze at 2.5x the rule's step under a settled report,
         and left the typical set after the freeze; 2 of 12 now). A chain brought back more than 10 % hot
         (:data:`HOT_RETURN`) sheds its tempering's heat there; with ``friction_step="exact"`` its thermostat is
-        capped as a descent's until the guard's next check sees it cool (:func:`~bayesnet.samplers.warmup.clamp_friction`; with the exact friction flow it climbed to
-        ``z = 2`` within five steps, out of ``THERMOSTAT_RANGE``: 3 of 8 far starts reported unsettled)."""
+        capped as a descent's until the guard's next check sees it cool
+        (:func:`~bayesnet.samplers.warmup.clamp_friction`; with the exact friction flow it climbed to ``z = 2``
+        within five steps, out of ``THERMOSTAT_RANGE``: 3 of 8 far starts reported unsettled)."""
         warm = state.warmup
         return (self.tempering and warm is not None and warm.adapt_step and len(warm.ends) > 1
                 and state.step >= warm.ends[-2])  # (an explicit step size: no step to try, the chains temper on)

@@ -73,8 +73,9 @@ Guards, so that no chain is lost to a bad estimate:
   (:func:`_confirm`);
 - the thermostat kernels (sgnht, tacthmc) cap their thermostat's ``z`` at ``WARMUP_MAX_FRICTION`` (1) before the
   guard's first verdict on a member and while its last check found it hot but descending (a descent's heat pumps
-  ``z`` far above it at once: tacthmc's Euler friction step ``(1 - z) r`` then reverses and amplifies the momenta,
-  sgnht's exact flow ``e^-z r`` stops them until ``z`` sinks back, by at most ``eta T / gamma`` a step), and a
+  ``z`` far above it at once: the papers' Euler friction step ``(1 - z) r``, tacthmc's with
+  ``friction_step="euler"``, then reverses and amplifies the momenta, the exact flow ``e^-z r`` of sgnht and of
+  tacthmc's default stops them until ``z`` sinks back, by at most ``eta T / gamma`` a step), and a
   member whose ``z`` left ``THERMOSTAT_RANGE`` (-1 to 1.5) at any step is restarted at the next check like a hot
   one: the thermostat's early sign of a step it cannot keep (:func:`clamp_friction`);
 - a member restarted in the final window, or whose final window ran hot, freezes at half the step it tried
@@ -582,9 +583,10 @@ RISE = 100.0
 GUARD_HEAT = 5.0
 
 #: the most a thermostat's friction step may take off the momenta during the warm-up: the Euler step
-#: ``r <- (1 - z) r`` of tacthmc's thermostat (Ding et al. 2014; Luo et al. 2018 Alg. 1 line 10) reverses and
-#: amplifies the momenta once ``z > 1`` (diverges once ``z > 2``); sgnht's exact flow ``e^-z r`` (since 2026-11-29)
-#: stops them, and a ``z`` pumped high stays high for ``z / (eta T / gamma)`` steps. A chain started far from the mode
+#: ``r <- (1 - z) r`` (Ding et al. 2014; Luo et al. 2018 Alg. 1 line 10; tacthmc's ``friction_step="euler"``)
+#: reverses and amplifies the momenta once ``z > 1`` (diverges once ``z > 2``); the exact flow ``e^-z r`` of sgnht and
+#: of tacthmc's default (since 2026-11-29) stops them, and a ``z`` pumped high stays high for ``z / (eta T / gamma)``
+#: steps. A chain started far from the mode
 #: meets that at its first steps: the descent's heat, hundreds of times the target temperature, pumps ``z`` by
 #: ``eta (T_kin - T) / gamma`` per step (measured: 61 after one step on a linear regression 40-100 sd out, 1e15
 #: three steps later, the guard's restarts halving the step to 1e-6). Clamped at 1 while warming up the momenta are
@@ -612,8 +614,8 @@ def thermostat_unsteady(z: Tensor) -> Tensor:
     12. With sgnht's friction as its exact flow (2026-11-29) the same runs diverge in none of 64 chains at any of
     these steps up to 1.0, but the thermostat still leaves the range at the steps too large for the target (D = 4:
     in 2, 22, 57 and 64 chains at 0.2, 0.25, 0.3 and 0.4; D = 16: 51 at 0.4, where the variance came out 1.22
-    against 1; D = 256: all at 0.6, variance 1.22), so it still marks a step to halve (tacthmc keeps the Euler
-    step)."""
+    against 1; D = 256: all at 0.6, variance 1.22), so it still marks a step to halve (for tacthmc's exact flow
+    too; its final window caps a chain brought back hot, :data:`~bayesnet.samplers.tacthmc.HOT_RETURN`)."""
     lo, hi = THERMOSTAT_RANGE
     return (z < lo) | (z > hi)
 
