@@ -271,6 +271,44 @@ class Trace:
         self._next = counts % n_new
         self.n_draws = n_new
 
+    def can_thin_out(self) -> bool:
+        """Whether :meth:`thin_out` applies: every slot active and holding each draw it stored, oldest first from
+        the ring's start (nothing overwritten or discarded), so that its ``i``-th draw is its candidate
+        ``1 + i * thinning``."""
+        return bool(self._buffer is not None and self.active.all() and (self._stored > 0).all()
+                    and (self.kept_per_slot == self._stored).all() and (self._next == self._stored % self.n_draws).all())
+
+    def thin_out(self) -> None:
+        """Keep every other stored draw of each slot (the first, third, ...) and double the thinning.
+
+        The draws kept are the candidates ``1, 1 + 2 thinning, ...``: those a run at twice the thinning would
+        have stored, so that offering the chain's later steps goes on with the same spacing (the next draw due
+        is the candidate after the last one kept by ``2 thinning``). A run extended this way spans twice the
+        steps with the same number of draws (``thinning="auto"`` in the estimators, when the draws have not
+        mixed).
+
+        Raises
+        ------
+        ValueError
+            Where :meth:`can_thin_out` is False.
+        """
+        if not self.can_thin_out():
+            raise ValueError("thin_out needs every slot active, holding every draw it stored in order.")
+        keep = [np.arange(0, int(n), 2) for n in self._stored]
+        counts = np.array([len(k) for k in keep], dtype=np.int64)
+        for s, k in enumerate(keep):
+            index = torch.as_tensor(k, dtype=torch.long)
+            self._buffer[s, : len(k)] = self._buffer[s, index]
+            self._steps[s, : len(k)] = self._steps[s, k]
+            self._steps[s, len(k):] = 0
+            for values in self._stats.values():
+                values[s, : len(k)] = values[s, k]
+                values[s, len(k):] = np.nan
+        self._stored = counts
+        self._next = counts % self.n_draws
+        self.kept_per_slot = counts.copy()
+        self.thinning *= 2
+
     # ------------------------------------------------------------------ #
     def _order(self, slot: int) -> np.ndarray:
         """Ring positions of ``slot``'s stored draws, oldest first."""

@@ -220,6 +220,48 @@ def test_a_trace_stores_the_same_draws_on_its_lockstep_path():
     assert np.array_equal(fast.kept_per_slot, slow.kept_per_slot) and fast.kept_per_slot[1] == 4
 
 
+def test_a_thinned_out_trace_holds_what_twice_the_thinning_stores():
+    """``thin_out`` keeps every other draw (candidates 1, 1 + 2t, ...) and doubles the thinning: offered on, the
+    trace holds exactly what a trace at twice the thinning stores from the start, statistics included, in
+    lockstep and per slot (an odd count of draws too). It refuses a ring that overwrote draws or a retired
+    slot, where the stored draws no longer start at the first candidate."""
+    for n_draws, flags in ((6, True), (5, np.ones(2, dtype=bool))):
+        thinned = Trace(n_draws=n_draws, burn_in=3, thinning=2, n_slots=2)
+        wide = Trace(n_draws=n_draws, burn_in=3, thinning=4, n_slots=2)
+
+        def offer(t, step):
+            t.offer(step, [torch.arange(4.0).reshape(2, 2) * step], {"potential": torch.tensor([1.0, -1.0]) * step},
+                    flags)
+
+        step = 0
+        while thinned.stored_per_slot.min() < n_draws:
+            step += 1
+            offer(thinned, step)
+            offer(wide, step)
+        assert thinned.can_thin_out()
+        thinned.thin_out()
+        assert thinned.thinning == 4 and thinned.stored_per_slot.tolist() == [(n_draws + 1) // 2] * 2
+        while thinned.stored_per_slot.min() < n_draws:
+            step += 1
+            offer(thinned, step)
+            offer(wide, step)
+        assert np.array_equal(thinned.steps, wide.steps) and thinned.steps[:3].tolist() == [4, 8, 12]
+        assert torch.equal(thinned.draws(), wide.draws())
+        assert np.array_equal(thinned.potentials, wide.potentials)
+        assert np.array_equal(thinned.kept_per_slot, wide.kept_per_slot)
+        while thinned.kept_per_slot.min() == n_draws:  # one more draw: the ring overwrites its oldest
+            step += 1
+            offer(thinned, step)
+        assert not thinned.can_thin_out()
+        with pytest.raises(ValueError, match="thin_out"):
+            thinned.thin_out()
+    retired = Trace(n_draws=2, thinning=1, n_slots=2)
+    for step in (1, 2):
+        retired.offer(step, [torch.zeros(2, 1)])
+    retired.retire([1], after_step=5)
+    assert not retired.can_thin_out()
+
+
 def test_a_draws_statistics_copied_with_its_position_are_those_copied_one_by_one():
     """When every slot stores, the statistics of the position's dtype travel to the host with it (one copy per
     draw); what is stored equals what a statistic copied on its own stores (here given as NumPy arrays, or in
@@ -450,8 +492,8 @@ def test_n_jobs_runs_chains_in_processes_and_on_dask(iris):
     the same chains (same per-group seeds: equal draws over the first steps; later they differ by float
     reduction order, as thread counts differ between backends), and partial_fit continues every group."""
     X, y = iris
-    kw = dict(hidden_layer_sizes=(8,), n_chains=4, n_jobs=2, n_draws=10, burn_in=100, random_state=0,
-              sampler__step_size=1e-3)
+    kw = dict(hidden_layer_sizes=(8,), n_chains=4, n_jobs=2, n_draws=10, burn_in=100, thinning=10, random_state=0,
+              sampler__step_size=1e-3)  # (a run of the planned length: no thinning="auto" extension)
     clf = BayesianMLPClassifier(**kw).fit(X, y)
     assert len(clf.shards_) == 2 and clf.trace_.n_slots == 4 and len(clf.trace_) == 40
     assert "max_rhat" in clf.diagnostics_ and clf.score(X, y) > 0.8

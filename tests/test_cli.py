@@ -246,6 +246,16 @@ def test_a_fit_that_max_epochs_cut_short_is_an_error_or_a_partial_model(tmp_path
     assert "is a partial fit (short: 2 of 5 draws per chain" in capsys.readouterr().err
 
 
+def test_the_fit_line_says_when_the_automatic_thinning_doubled(capsys, good_csv, monkeypatch):
+    """A run that thinning="auto" lengthened (forced here: every check fails) names the planned spacing."""
+    from bayesnet.estimators import run as run_module
+
+    monkeypatch.setattr(run_module, "unmixed", lambda net, conv: True)
+    assert main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "10", "--burn-in", "50", "--quiet",
+                 "--output", ""]) == 0
+    assert "thinning 40 doubled from 10 as the draws had not mixed, 450 sampler steps" in capsys.readouterr().out
+
+
 def test_set_reaches_the_documented_parameters_taken_through_keywords(tmp_path, capsys, good_csv):
     """Before: ``--set compile=False`` was refused ("no parameter 'compile' that the command line can set"): the
     settable names were the constructor's named parameters, and ``compile`` comes through skorch's keywords."""

@@ -249,13 +249,17 @@ def test_a_healthy_chain_has_a_configurational_temperature_of_one(iris, sampler)
         est.fit(X, y)
     assert est.diagnostics_["configurational_temperature"] == pytest.approx(1.0, abs=0.05)
     assert not any("configurational" in str(w.message) for w in caught)
-    # measured at each of the 100 draws (also in the sample statistics), recorded at every step as the latest
+    # measured at each draw step (also in the sample statistics), recorded at every step as the latest; a fit
+    # that thinning="auto" extended measured at the draws it thinned out too (100 draw steps, then 50 more at
+    # each doubling)
     steps, fields = est.step_stats_.since(est.trace_.burn_in)
     values = fields["configurational_temperature"][0]
     at_draws = est.get_sample_stats()["configurational_temperature"].ravel()
-    assert np.all(np.isfinite(values)) and len(np.unique(values)) == 100
-    assert set(np.unique(values)) == set(at_draws)
-    assert est.diagnostics_["configurational_temperature"] == pytest.approx(float(np.mean(at_draws)), rel=1e-5)
+    doublings = est.thinning_doublings_
+    measured = 1 + int(np.count_nonzero(np.diff(values)))  # (a new value at each draw step)
+    assert np.all(np.isfinite(values)) and measured == 100 + 50 * doublings
+    assert set(at_draws) <= set(np.unique(values)) and len(at_draws) == 100
+    assert est.diagnostics_["configurational_temperature"] == pytest.approx(float(np.mean(values)), rel=1e-5)
     est, _ = _fit(iris, sampler="hmc", burn_in=100, n_draws=10, thinning=1)
     assert "configurational_temperature" not in est.diagnostics_
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from sklearn.base import clone
-from sklearn.datasets import load_breast_cancer, make_regression
+from sklearn.datasets import load_breast_cancer, load_iris, make_regression
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
@@ -20,6 +20,7 @@ from sklearn.preprocessing import StandardScaler
 from skorch.callbacks import Callback
 
 from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor, DivergenceError
+from bayesnet.estimators import run as run_module
 from bayesnet.metrics import interval_coverage
 
 FAST = dict(hidden_layer_sizes=(16,), n_draws=20, burn_in=200, thinning=5, batch_size=64, random_state=0)
@@ -753,13 +754,14 @@ def test_auto_thinning_follows_the_auto_burn_in_in_a_fit_and_a_continued_fit():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = BayesianMLPClassifier((4,), n_draws=20, random_state=0).fit(X, y)
-        assert est.trace_.burn_in == 1600 and est.plan_.thinning == est.trace_.thinning == 80
-        assert np.all(np.diff(np.ravel(est.trace_.steps)) == 80) and est.n_draws_kept_ == 20
+        spread = 2 ** est.thinning_doublings_  # (draws that had not mixed: their spacing doubled, and kept doubled)
+        assert est.trace_.burn_in == 1600 and est.plan_.thinning == 80 and est.trace_.thinning == 80 * spread
+        assert np.all(np.diff(np.ravel(est.trace_.steps)) == 80 * spread) and est.n_draws_kept_ == 20
         explicit = BayesianMLPClassifier((4,), n_draws=20, burn_in=1600, random_state=0).fit(X, y)
         assert explicit.trace_.thinning == 10
         est.set_params(n_draws=40)
         est.partial_fit(X, y)
-        assert est.trace_.thinning == 40 and est.n_draws_kept_ == 40
+        assert est.trace_.thinning == 40 * spread and est.n_draws_kept_ == 40
         # tacthmc: each offered step counts as the ~250 steps it costs (floor(1600 / (2 * 250)) = 3); a continued fit
         # with half the steps per sample keeps its draws 6 offered steps apart, as a new plan would
         tact = BayesianMLPClassifier((4,), sampler="tacthmc", n_draws=2, random_state=0).fit(X, y)
@@ -772,6 +774,54 @@ def test_auto_thinning_follows_the_auto_burn_in_in_a_fit_and_a_continued_fit():
         capped = BayesianMLPClassifier((4,), n_draws=100, max_epochs=263, random_state=0).fit(X, y)
         assert capped.trace_.burn_in == 1052 and capped.trace_.thinning == 10
         assert capped.n_draws_kept_ == 100 and capped.fit_status_["status"] == "complete"
+
+
+def test_auto_thinning_spreads_draws_that_have_not_mixed():
+    """thinning="auto": a run whose draws have not mixed in function space (split R-hat above 1.1, or fewer than 10
+    effective draws of the training log-likelihood) keeps every other draw and refills the trace at twice the
+    spacing, at most twice. The draws are bit for bit those of a run planned at the final thinning, with n_jobs as
+    without (judged on every chain together); an explicit thinning or max_epochs runs the length asked for."""
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    kw = dict(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        auto = BayesianMLPClassifier(**kw).fit(X, y)
+        extended = auto.fit_status_["thinning_extended"]
+        assert [e["thinning"] for e in extended] == [[10, 20], [20, 40]] and auto.thinning_doublings_ == 2
+        assert all(e["max_rhat"] > 1.1 or e["min_ess_bulk"] < 10 for e in extended)
+        assert auto.trace_.thinning == 40 and auto.fit_status_["steps_taken"] == 200 + 20 * 40 == \
+            auto.fit_status_["steps_planned"] and auto.n_draws_kept_ == 40
+        planned = BayesianMLPClassifier(**kw, thinning=40).fit(X, y)
+        assert "thinning_extended" not in planned.fit_status_
+        assert torch.equal(auto.trace_.draws(), planned.trace_.draws())
+        assert np.array_equal(auto.trace_.steps, planned.trace_.steps)
+        with joblib.parallel_config(backend="threading"):
+            grouped = BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y)
+        assert len(grouped.shards_) == 2 and grouped.fit_status_["thinning_extended"] == extended
+        assert torch.equal(grouped.trace_.draws(), auto.trace_.draws())
+        as_asked = BayesianMLPClassifier(**kw, thinning=10).fit(X, y)
+        assert as_asked.fit_status_["steps_taken"] == 400 and "thinning_extended" not in as_asked.fit_status_
+        epochs = BayesianMLPClassifier(**{**kw, "burn_in": "auto"}, max_epochs=4).fit(X, y)
+        assert "thinning_extended" not in epochs.fit_status_ and epochs.fit_status_["steps_taken"] == 8
+
+
+def test_a_default_fit_that_has_not_mixed_runs_longer_instead_of_warning(cancer, monkeypatch):
+    """Breast cancer at the defaults, seed 0: 100 draws 10 steps apart have 6 effective draws of the training
+    log-likelihood (R-hat 1.15), and the fit warned; spread over twice the steps they have about 60, and it does
+    not. Power: with no doubling allowed the same fit warns."""
+    Xtr, Xte, ytr, yte = cancer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = BayesianMLPClassifier(random_state=0).fit(Xtr, ytr)
+    assert est.fit_status_["thinning_extended"][0]["thinning"] == [10, 20]
+    assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)], [str(w.message) for w in caught]
+    assert est.convergence_["log_likelihood"]["ess_bulk"] > 30 and est.score(Xte, yte) > 0.95
+    monkeypatch.setattr(run_module, "MAX_THINNING_DOUBLINGS", 0)
+    with pytest.warns(ConvergenceWarning, match="effective draws") as record:
+        short = BayesianMLPClassifier(random_state=0).fit(Xtr, ytr)
+    assert "thinning_extended" not in short.fit_status_ and short.trace_.thinning == 10
+    assert "automatic thinning" not in str(record[0].message)
 
 
 def test_auto_burn_in_resolves_from_the_data_and_a_number_overrides_it():

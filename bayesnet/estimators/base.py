@@ -747,6 +747,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         try:
             with run.deferred_interrupt(self), run.sampling_threads(self, X, batch_size):
                 super().partial_fit(X, y, epochs=epochs)
+                while run.extend_unmixed(self):  # thinning="auto": draws that have not mixed, spread further
+                    super().partial_fit(X, y, epochs=1 + -(-self.steps_remaining_ // -(-len(X) // batch_size)))
         except Exception as exc:
             if not isinstance(exc, DivergenceError):  # skorch's on_train_end follows only an interrupt
                 run.judge_unread_steps(self)

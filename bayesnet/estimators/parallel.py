@@ -131,27 +131,36 @@ def fit_groups(net, X, y, classes) -> None:
                   for shard, c in zip(net.shards_, changes)]
     for shard in shards:  # the data's warnings (a column-vector y, a constant target, unscaled inputs) came from
         shard._quiet_data = True  # net's own validation above: not again from every worker
+    from .run import extend_groups
+
     tasks = {i: (shard, X, y, classes, continuing_call()) for i, shard in enumerate(shards)
              if not resuming or i in resuming}
-    done, lost = _run(tasks, net.n_jobs)
-    for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
-        more, _ = _run({i: tasks[i]}, 2)
-        done.update(more)
-    lost = [i for i in sorted(tasks) if i not in done]
-    for i in set(range(len(shards))) - set(tasks):  # waited for the others: nothing of theirs to report
-        shards[i].nonfinite_this_call_ = {}
-        done[i] = (shards[i], None)
-    if len(lost) == len(shards):
-        raise RuntimeError("every group of chains was lost: their worker processes died (killed, or out of "
-                           "memory); lower n_jobs, or fit fewer chains per process.")
-    kept = [done[i] for i in sorted(done)]
-    lost_now = {c for i in lost for c in _chains(shards[i])}
-    lost_chains = sorted(set(getattr(net, "fit_status_", {}).get("lost_chains", []) if not fresh else [])
-                         | lost_now)  # lost earlier stay lost (and were reported when they were)
-    errors = [(shard, err) for shard, err in kept if err is not None]
-    merge(net, [shard for shard, _ in kept], lost_chains=lost_chains, lost_now=sorted(lost_now),
-          faults=[f"{type(err).__name__} in chains {_chains(shard)}" for shard, err in errors
-                  if not isinstance(err, DivergenceError)])
+    while True:
+        done, lost = _run(tasks, net.n_jobs)
+        for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
+            more, _ = _run({i: tasks[i]}, 2)
+            done.update(more)
+        lost = [i for i in sorted(tasks) if i not in done]
+        for i in set(range(len(shards))) - set(tasks):  # waited for the others: nothing of theirs to report
+            shards[i].nonfinite_this_call_ = {}
+            done[i] = (shards[i], None)
+        if len(lost) == len(shards):
+            raise RuntimeError("every group of chains was lost: their worker processes died (killed, or out of "
+                               "memory); lower n_jobs, or fit fewer chains per process.")
+        kept = [done[i] for i in sorted(done)]
+        lost_now = {c for i in lost for c in _chains(shards[i])}
+        lost_chains = sorted(set(getattr(net, "fit_status_", {}).get("lost_chains", []) if not fresh else [])
+                             | lost_now)  # lost earlier stay lost (and were reported when they were)
+        errors = [(shard, err) for shard, err in kept if err is not None]
+        merge(net, [shard for shard, _ in kept], lost_chains=lost_chains, lost_now=sorted(lost_now),
+              faults=[f"{type(err).__name__} in chains {_chains(shard)}" for shard, err in errors
+                      if not isinstance(err, DivergenceError)])
+        # thinning="auto" and draws that have not mixed: every group goes on at twice the spacing, judged on all
+        # the chains together (as in one process: n_jobs never changes a chain's draws)
+        if errors or lost or not extend_groups(net):
+            break
+        shards = net.shards_
+        tasks = {i: (shard, X, y, classes, continuing_call()) for i, shard in enumerate(shards)}
     from .run import user_stacklevel, warn_status
 
     for shard, err in errors:
@@ -241,6 +250,8 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
         "steps_planned": max(s.get("steps_planned", 0) for s in statuses),
         "intra_op_threads": first.fit_status_.get("intra_op_threads"),
         "compiled": first.fit_status_.get("compiled")}
+    if "thinning_extended" in first.fit_status_:  # (every group's, the same: extend_groups judged them together)
+        net.fit_status_["thinning_extended"] = first.fit_status_["thinning_extended"]
     if lost_now:
         from .run import user_stacklevel
         warnings.warn(f"the worker process fitting chains {list(lost_now)} died (killed, or out of memory): "
