@@ -247,6 +247,31 @@ def test_bad_data(cancer, fitted_clf):
         BayesianMLPClassifier(**FAST).fit(Xtr, labels)
 
 
+def test_categorical_labels_and_partial_fit_classes_with_text_labels(cancer):
+    """pandas' Categorical labels (a Categorical, or a Series of category dtype) fit as their categories, a
+    missing one named with its row; partial_fit's ``classes`` with text labels gives every class a column, also
+    those absent from the first call's rows (helper-85's untested paths)."""
+    Xtr, Xte, ytr, yte = cancer
+    words = np.where(ytr == 1, "benign", "malignant")
+    for given in (pd.Categorical(words), pd.Series(words, dtype="category")):
+        est = BayesianMLPClassifier(**FAST).fit(Xtr, given)
+        assert est.classes_.tolist() == ["benign", "malignant"]
+        assert set(est.predict(Xte)) <= {"benign", "malignant"}
+        assert est.score(Xte, np.where(yte == 1, "benign", "malignant")) > 0.9
+    holed = pd.Categorical(words)
+    holed[[3, 7]] = np.nan
+    with pytest.raises(ValueError, match=r"y holds 2 missing labels \(nan\), the first in row 3"):
+        BayesianMLPClassifier(**FAST).fit(Xtr, holed)
+    est = BayesianMLPClassifier(**FAST).partial_fit(Xtr, words.astype(object), classes=["benign", "malignant", "unsure"])
+    assert est.classes_.tolist() == ["benign", "malignant", "unsure"]
+    proba = est.predict_proba(Xte)
+    assert proba.shape == (len(Xte), 3) and proba[:, 2].max() < 0.5
+    est.partial_fit(Xtr[:50], np.full(50, "unsure", dtype=object))  # (the chains continue: the classes are fixed)
+    assert est.classes_.tolist() == ["benign", "malignant", "unsure"]
+    with pytest.raises(ValueError, match=r"y contains labels not in classes=\['benign', 'unsure'\]: \['malignant'\]"):
+        BayesianMLPClassifier(**FAST).partial_fit(Xtr, words.astype(object), classes=["benign", "unsure"])
+
+
 def test_a_column_vector_y_warns_once(cancer):
     """fit validates the data on a fresh copy before it re-initialises (a refused call keeps the draws), then
     again as it fits: scikit-learn's DataConversionWarning for a column-vector y came twice."""
