@@ -253,7 +253,7 @@ def test_the_fit_line_says_when_the_automatic_thinning_doubled(capsys, good_csv,
     monkeypatch.setattr(run_module, "unmixed", lambda net, conv: True)
     assert main(["fit", "--data", good_csv, "--target", "label", "--n-draws", "10", "--burn-in", "50", "--quiet",
                  "--output", ""]) == 0
-    assert "thinning 40 doubled from 10 as the draws had not mixed, 450 sampler steps" in capsys.readouterr().out
+    assert "thinning 40 (doubled twice from 10, as the draws had not mixed), 450 sampler steps" in capsys.readouterr().out
 
 
 def test_set_reaches_the_documented_parameters_taken_through_keywords(tmp_path, capsys, good_csv):

@@ -824,11 +824,49 @@ def test_auto_thinning_spreads_draws_that_have_not_mixed():
         with joblib.parallel_config(backend="threading"):
             grouped = BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y)
         assert len(grouped.shards_) == 2 and grouped.fit_status_["thinning_extended"] == extended
+        assert grouped.thinning_doublings_ == 2
         assert torch.equal(grouped.trace_.draws(), auto.trace_.draws())
         as_asked = BayesianMLPClassifier(**kw, thinning=10).fit(X, y)
         assert as_asked.fit_status_["steps_taken"] == 400 and "thinning_extended" not in as_asked.fit_status_
         epochs = BayesianMLPClassifier(**{**kw, "burn_in": "auto"}, max_epochs=4).fit(X, y)
         assert "thinning_extended" not in epochs.fit_status_ and epochs.fit_status_["steps_taken"] == 8
+
+
+def test_a_stop_inside_or_at_the_end_of_an_extension_resumes_to_the_same_draws(monkeypatch):
+    """A stop (a callback's KeyboardInterrupt, skorch's convention) at the planned run's last step, where
+    thinning="auto" would run on, or inside the extension: the fit is "interrupted" at the extended plan, and
+    partial_fit finishes it with the draws of the uninterrupted fit (before: a stop at the last step was ignored
+    and the run extended). tacthmc, which collects only some steps, resumes with a fresh budget for the draws
+    still missing (before: what remained of the stopped call's ideal length, and it ended short)."""
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+
+    class Stop(Callback):
+        def __init__(self, at):
+            self.at = at
+
+        def on_batch_end(self, net, training=False, **kwargs):
+            if training and net.sampler_state_.step == self.at and not vars(self).get("done"):
+                self.done = True
+                raise KeyboardInterrupt
+
+    kw = dict(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = BayesianMLPClassifier(**kw).fit(X, y)  # (extended twice: 400 -> 600 -> 1000 steps)
+        for at, planned in ((400, 600), (500, 600), (600, 1000)):
+            est = BayesianMLPClassifier(**kw, callbacks=[("stop", Stop(at))]).fit(X, y)
+            assert est.fit_status_["status"] == "interrupted" and est.fit_status_["steps_taken"] == at
+            assert est.fit_status_["steps_planned"] == planned
+            est.partial_fit(X, y)
+            assert est.fit_status_["status"] == "complete" and torch.equal(est.trace_.draws(), ref.trace_.draws())
+        monkeypatch.setattr(run_module, "unmixed", lambda net, conv: True)  # (every check fails: it extends)
+        tact = dict(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=10, random_state=0, sampler="tacthmc",
+                    sampler__steps_per_sample=5, batch_size=50)
+        est = BayesianMLPClassifier(**tact, callbacks=[("stop", Stop(600))]).fit(X, y)
+        assert est.fit_status_["status"] == "interrupted" and est.fit_status_["thinning_extended"]
+        est.partial_fit(X, y)
+        assert est.fit_status_["status"] == "complete" and (est.trace_.stored_per_slot == 10).all()
 
 
 def test_a_default_fit_that_has_not_mixed_runs_longer_instead_of_warning(cancer, monkeypatch):

@@ -258,7 +258,10 @@ def _fit(args) -> int:
     chains = f" from {est.n_chains} chains (max split R-hat {est.diagnostics_['max_rhat']:.3f})" \
         if est.n_chains > 1 and "max_rhat" in est.diagnostics_ else ""
     extended = est.fit_status_.get("thinning_extended")
-    spread = f" doubled from {extended[0]['thinning'][0]} as the draws had not mixed" if extended else ""
+    from ..estimators.run import _times
+
+    spread = (f" (doubled {_times(len(extended))} from {extended[0]['thinning'][0]}, as the draws had not mixed)"
+              if extended else "")
     print(f"fitted in {elapsed:.1f} s: {est.n_draws_kept_} posterior draws kept{chains} "
           f"(burn-in {est.trace_.burn_in} steps, thinning {est.trace_.thinning}{spread}, "
           f"{est.diagnostics_['n_steps']} sampler steps)")

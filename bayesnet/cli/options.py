@@ -241,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                                f"1000 and at most 20000 steps (default: {_per_dataset('burn_in')})")
     sampling.add_argument("--thinning", type=_thinning, metavar="K",
                           help="keep every K-th step after burn-in, or auto: after an auto burn-in, draws spanning about "
-                               "as many steps as it, at least the sampler's own spacing apart (10; 1 for tacthmc) "
+                               "as many steps as it, at least the sampler's own spacing apart (10; 1 for tacthmc), "
+                               "spaced up to 4 times wider where the draws have not mixed "
                                f"(default: {_per_dataset('thinning')})")
     sampling.add_argument("--batch-size", type=_batch_size, metavar="ROWS",
                           help="the most rows per mini-batch (an epoch's rows spread evenly over its batches), full for the whole training set, or auto (128; full for hmc and pt-langevin) "

@@ -748,6 +748,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             with run.deferred_interrupt(self), run.sampling_threads(self, X, batch_size):
                 super().partial_fit(X, y, epochs=epochs)
                 while run.extend_unmixed(self):  # thinning="auto": draws that have not mixed, spread further
+                    if self.__dict__.get("compiled_step_") is None:  # (compile="auto" on the longer run)
+                        run.prepare_compiled(self)
                     super().partial_fit(X, y, epochs=1 + -(-self.steps_remaining_ // -(-len(X) // batch_size)))
         except Exception as exc:
             if not isinstance(exc, DivergenceError):  # skorch's on_train_end follows only an interrupt
@@ -765,6 +767,19 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             run.finish_call(self, interrupted, error)
             self._sync_module()
         return self
+
+    def fit_loop(self, X, y=None, epochs=None, **fit_params):
+        """skorch's loop. A stop inside it other than the draw quota's (Ctrl-C, or a callback's
+        ``KeyboardInterrupt``, skorch's convention for stopping early, which skorch swallows) sets
+        ``interrupt_requested_``: the call then takes no further steps, also where the stop came at the planned
+        run's last step and ``thinning="auto"`` would have run on (the run is then left "interrupted" at its
+        extended length, for ``partial_fit`` to finish)."""
+        try:
+            return super().fit_loop(X, y, epochs=epochs, **fit_params)
+        except KeyboardInterrupt:
+            if self.fit_status_.get("stopped_by") != "draws collected":
+                self.interrupt_requested_ = True
+            raise
 
     def run_single_epoch(self, iterator, training, prefix, step_fn, **fit_params):
         """skorch's epoch without reading the device at every step: the per-step statistics stay on the

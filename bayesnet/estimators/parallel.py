@@ -193,7 +193,8 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
     first = shards[0]
     for attr in ("classes_", "n_outputs_", "y_mean_", "y_scale_", "_y_is_1d", "n_features_in_", "feature_names_in_",
                  "input_shape_", "input_mean_", "input_scale_", "device_", "prior_", "sampler_", "n_train_", "history_", "plan_", "seed_",
-                 "data_fingerprint_", "check_rows_", "_new_data_at"):
+                 "data_fingerprint_", "check_rows_", "_new_data_at",
+                 "thinning_doublings_"):
         if attr in vars(first):
             setattr(net, attr, getattr(first, attr))
     from .run import recorded_params

@@ -482,6 +482,11 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         # moves the end to where the plan's draws are in (max_epochs, when set, fixes the length itself)
         if replanned and net.max_epochs is None:
             net.steps_planned_total_ = _resumed_length(net, step)
+        elif net.max_epochs is None and net.sampler_.steps_per_draw() > 1:
+            # a sampler that collects only some steps: the draws still missing get the length of a fresh plan
+            # for them (partial_fit gives 3 times it as a budget), not what remained of the stopped call's ideal
+            # length (a tacthmc run stopped inside an extension of thinning="auto" ended short, a reviewer's test)
+            net.steps_planned_total_ = max(int(net.steps_planned_total_), _resumed_length(net, step))
         return
     # a completed run: n_draws more draws per chain (or max_epochs more epochs), no new burn-in; the draws start
     # after the chains' burn-in, as a fresh plan's do (a run that max_epochs cut inside it, then continued with
@@ -854,6 +859,10 @@ def unmixed(net, conv: dict) -> bool:
     return rising or own is None or not separate_modes(ll["rhat"], own)
 
 
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
 def extension_wanted(net, doublings: int) -> dict | None:
     """``convergence(net)`` when :func:`extend_unmixed` should go on (a complete run, ``thinning="auto"``, no
     ``max_epochs``, no chain lost, a trace that can be thinned out and holds ``n_draws`` in each slot that is to keep
@@ -896,8 +905,10 @@ def extend_unmixed(net) -> bool:
     (:func:`unmixed`: the split R-hat or the effective draws that would raise the ConvergenceWarning), thin the
     trace out (every other draw) and plan the steps that refill it at twice the spacing: the same ``n_draws``,
     spread over twice the steps of the chain, at most ``MAX_THINNING_DOUBLINGS`` times. The kernel is the frozen
-    one throughout, so the draws are those of a run planned at the larger thinning. Returns whether the run goes
-    on.
+    one throughout, so the draws are those of a run planned at the larger thinning (except where the sampler's
+    schedule follows the planned length: pt-langevin's tempering phase, ``n_steps="auto"``, stays as planned, and
+    its extension samples without the ladder). Returns whether the run goes on; a stop at the planned run's last
+    step (``interrupt_requested_``) leaves the longer plan "interrupted", for ``partial_fit`` to finish.
 
     Not for an explicit ``thinning`` or ``max_epochs`` (a run of the length asked for), a run that was
     interrupted, stopped short or lost a chain, or a trace that overwrote draws (a continued run). Groups of
@@ -905,7 +916,7 @@ def extend_unmixed(net) -> bool:
     which judges every chain together, as one process does. Measured on default classifier fits
     (benchmarks/README.md, "Longer runs for draws that have not mixed"): breast cancer's seed 0, the summed
     log-likelihood's ESS 6.1 -> 62.6 and R-hat 1.147 -> 0.991 with one doubling."""
-    if getattr(net, "group_", None) is not None or net.interrupt_requested_:
+    if getattr(net, "group_", None) is not None:
         return False
     if net.steps_remaining_ > 0 and net.fit_status_.get("stopped_by") != "draws collected":
         return False
@@ -913,7 +924,9 @@ def extend_unmixed(net) -> bool:
     if conv is None:
         return False
     thin_and_replan(net, conv)
-    return net.steps_remaining_ > 0
+    # a stop at the planned run's last step (Ctrl-C, a callback's): the longer plan stands, "interrupted", and
+    # partial_fit finishes it, as it would have run
+    return net.steps_remaining_ > 0 and not net.interrupt_requested_
 
 
 def extend_groups(net) -> bool:
@@ -949,7 +962,7 @@ def convergence_messages(net, state) -> list[str]:
     out = []
     conv = getattr(net, "convergence_", None) or {}
     extended = net.fit_status_.get("thinning_extended") or []
-    doubled = (f"; the automatic thinning already doubled it {'once' if len(extended) == 1 else f'{len(extended)} times'}, "
+    doubled = (f"; the automatic thinning already doubled it {_times(len(extended))}, "
                f"from {extended[0]['thinning'][0]}, because the draws had not mixed" if extended else "")
     fix = (f"Run longer: a larger burn_in (now {burn_in_words(net)}) lets the chains reach their typical set, more "
            f"n_draws or thinning (now {net.n_draws}, {net.trace_.thinning}{doubled}) gives more effective draws; "
