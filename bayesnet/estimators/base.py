@@ -997,6 +997,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         state = super().__getstate__()
         state.pop("interrupt_requested_", None)
         state.pop("compiled_step_", None)  # compiled code does not pickle; a continued fit compiles again
+        state.pop("_convergence_at", None)  # (a run's own cache, read at its end)
         return state
 
     def torch_compile(self, module, name):

@@ -650,7 +650,8 @@ def summarise(net) -> dict:
     summary = net.step_stats_.summaries(alive_members(net))
     summary["n_steps"] = int(net.sampler_state_.step)
     summary.update(net.sampler_.state_summary(net.sampler_state_))
-    net.convergence_ = convergence(net)
+    cached = net.__dict__.pop("_convergence_at", None)  # (extend_unmixed's, when the run did not go on)
+    net.convergence_ = cached[1] if cached is not None and cached[0] == _trace_key(net) else convergence(net)
     summary.update(worst_convergence(net.convergence_))
     return summary
 
@@ -876,7 +877,15 @@ def extension_wanted(net, doublings: int) -> dict | None:
             or not trace.can_thin_out() or (trace.stored_per_slot[_quota_slots(net)] < int(net.n_draws)).any()):
         return None
     conv = convergence(net)
+    if getattr(net, "sampler_state_", None) is not None:  # (summarise reuses it when nothing moved since; not
+        net.__dict__["_convergence_at"] = (_trace_key(net), conv)  # the estimator that merges groups of chains)
     return conv if conv and unmixed(net, conv) else None
+
+
+def _trace_key(net) -> tuple:
+    """What :func:`convergence` depends on that a run changes: the step, the draws held and the chains active."""
+    trace = net.trace_
+    return int(net.sampler_state_.step), trace.stored_per_slot.tobytes(), trace.active.tobytes(), trace.thinning
 
 
 def thin_and_replan(net, conv: dict) -> None:
@@ -937,6 +946,7 @@ def extend_groups(net) -> bool:
     if any(shard.fit_status_.get("status") != "complete" for shard in shards):
         return False
     conv = extension_wanted(net, getattr(shards[0], "thinning_doublings_", 0))
+    net.__dict__.pop("_convergence_at", None)  # (merge computes its own)
     if conv is None:
         return False
     for shard in shards:
