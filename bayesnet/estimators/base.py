@@ -750,7 +750,11 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 while run.extend_unmixed(self):  # thinning="auto": draws that have not mixed, spread further
                     if self.__dict__.get("compiled_step_") is None:  # (compile="auto" on the longer run)
                         run.prepare_compiled(self)
-                    super().partial_fit(X, y, epochs=1 + -(-self.steps_remaining_ // -(-len(X) // batch_size)))
+                    vars(self)["_extending"] = f"not mixed: draws {self.trace_.thinning} steps apart"  # (its bar's)
+                    try:
+                        super().partial_fit(X, y, epochs=1 + -(-self.steps_remaining_ // -(-len(X) // batch_size)))
+                    finally:
+                        vars(self).pop("_extending", None)
         except Exception as exc:
             if not isinstance(exc, DivergenceError):  # skorch's on_train_end follows only an interrupt
                 run.judge_unread_steps(self)

@@ -37,7 +37,8 @@ class SamplingProgressBar(Callback):
     def on_train_begin(self, net, X=None, y=None, **kwargs):
         from tqdm.auto import tqdm
 
-        self._bar = tqdm(total=net.steps_expected_, desc=f"sampling ({net.sampler_.name})",
+        more = net.__dict__.get("_extending")  # (thinning="auto" running on: why)
+        self._bar = tqdm(total=net.steps_expected_, desc=f"sampling ({net.sampler_.name}{f', {more}' if more else ''})",
                          unit="step", leave=True, dynamic_ncols=True)
         self._count = 0
         self._info = None
