@@ -22,6 +22,7 @@ from skorch.callbacks import Callback
 from bayesnet import BayesianMLPClassifier, BayesianMLPRegressor, DivergenceError
 from bayesnet.estimators import run as run_module
 from bayesnet.metrics import interval_coverage
+from bayesnet.testing import WorkerFault
 
 FAST = dict(hidden_layer_sizes=(16,), n_draws=20, burn_in=200, thinning=5, batch_size=64, random_state=0)
 
@@ -825,6 +826,8 @@ def test_auto_thinning_spreads_draws_that_have_not_mixed():
             grouped = BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y)
         assert len(grouped.shards_) == 2 and grouped.fit_status_["thinning_extended"] == extended
         assert grouped.thinning_doublings_ == 2
+        in_processes = BayesianMLPClassifier(**kw, n_jobs=2).fit(X, y)  # (loky: the groups come back as copies)
+        assert torch.equal(in_processes.trace_.draws(), auto.trace_.draws())
         assert torch.equal(grouped.trace_.draws(), auto.trace_.draws())
         as_asked = BayesianMLPClassifier(**kw, thinning=10).fit(X, y)
         assert as_asked.fit_status_["steps_taken"] == 400 and "thinning_extended" not in as_asked.fit_status_
@@ -837,7 +840,8 @@ def test_a_stop_inside_or_at_the_end_of_an_extension_resumes_to_the_same_draws(m
     thinning="auto" would run on, or inside the extension: the fit is "interrupted" at the extended plan, and
     partial_fit finishes it with the draws of the uninterrupted fit (before: a stop at the last step was ignored
     and the run extended). tacthmc, which collects only some steps, resumes with a fresh budget for the draws
-    still missing (before: what remained of the stopped call's ideal length, and it ended short)."""
+    still missing up to where the stopped call's budget ended (before: 3x what remained of its ideal length, and
+    it ended short)."""
     X, y = load_iris(return_X_y=True)
     X = StandardScaler().fit_transform(X)
 
@@ -860,6 +864,14 @@ def test_a_stop_inside_or_at_the_end_of_an_extension_resumes_to_the_same_draws(m
             assert est.fit_status_["steps_planned"] == planned
             est.partial_fit(X, y)
             assert est.fit_status_["status"] == "complete" and torch.equal(est.trace_.draws(), ref.trace_.draws())
+        # with n_jobs: a worker's stop at the planned end leaves every group at the longer plan (before: ignored)
+        with joblib.parallel_config(backend="threading"):
+            grouped = BayesianMLPClassifier(**kw, n_jobs=2, callbacks=[
+                ("fault", WorkerFault(first_chains=(0,), at_step=400, how="interrupt"))]).fit(X, y)
+            assert grouped.fit_status_["status"] == "interrupted" and grouped.fit_status_["steps_planned"] == 600
+            assert "stop_requested" not in grouped.shards_[0].fit_status_
+            grouped.set_params(callbacks=None).partial_fit(X, y)
+        assert grouped.fit_status_["status"] == "complete" and torch.equal(grouped.trace_.draws(), ref.trace_.draws())
         monkeypatch.setattr(run_module, "unmixed", lambda net, conv: True)  # (every check fails: it extends)
         tact = dict(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=10, random_state=0, sampler="tacthmc",
                     sampler__steps_per_sample=5, batch_size=50)

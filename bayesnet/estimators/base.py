@@ -738,9 +738,13 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         if not resumes or len(self.kept_at_call_start_) != len(self.trace_.kept_per_slot):
             self.kept_at_call_start_ = self.trace_.kept_per_slot.copy()
         self.fit_status_["stopped_by"] = None
+        self.fit_status_.pop("stop_requested", None)
         self.steps_expected_ = self.steps_remaining_
         if self.sampler_.steps_per_draw() > 1 and self.max_epochs is None:  # collecting only some steps: a
             self.steps_remaining_ *= 3  # budget of up to 3x the planned length; DrawQuota stops at n_draws
+            if resumes:  # (an interrupted call's budget ends where the call's would have: the same draws)
+                self.steps_remaining_ = max(self.steps_remaining_, int(vars(self).get("budget_end_", 0)) - state.step)
+        self.budget_end_ = int(state.step) + int(self.steps_remaining_)
         batch_size = run.resolve_batch_size(self.batch_size, len(X), type(self.sampler_).full_batch)
         epochs = 1 + -(-self.steps_remaining_ // -(-len(X) // batch_size))  # the budget ends the last one
         error = None
@@ -783,6 +787,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         except KeyboardInterrupt:
             if self.fit_status_.get("stopped_by") != "draws collected":
                 self.interrupt_requested_ = True
+                self.fit_status_["stop_requested"] = True  # (what a group of chains in a worker reports back)
             raise
 
     def run_single_epoch(self, iterator, training, prefix, step_fn, **fit_params):

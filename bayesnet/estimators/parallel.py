@@ -131,11 +131,11 @@ def fit_groups(net, X, y, classes) -> None:
                   for shard, c in zip(net.shards_, changes)]
     for shard in shards:  # the data's warnings (a column-vector y, a constant target, unscaled inputs) came from
         shard._quiet_data = True  # net's own validation above: not again from every worker
-    from .run import extend_groups
+    from .run import MAX_THINNING_DOUBLINGS, extend_groups
 
     tasks = {i: (shard, X, y, classes, continuing_call()) for i, shard in enumerate(shards)
              if not resuming or i in resuming}
-    while True:
+    for extensions in range(MAX_THINNING_DOUBLINGS + 1):  # (the groups' own count bounds it too)
         done, lost = _run(tasks, net.n_jobs)
         for i in lost:  # a dead worker cancelled these: rerun each alone, so that only the culprit is lost
             more, _ = _run({i: tasks[i]}, 2)
@@ -157,10 +157,15 @@ def fit_groups(net, X, y, classes) -> None:
                       if not isinstance(err, DivergenceError)])
         # thinning="auto" and draws that have not mixed: every group goes on at twice the spacing, judged on all
         # the chains together (as in one process: n_jobs never changes a chain's draws)
-        if errors or lost or not extend_groups(net):
+        if errors or lost or extensions == MAX_THINNING_DOUBLINGS or not extend_groups(net):
+            break
+        if any(shard.fit_status_.get("stop_requested") for shard in net.shards_):  # (stopped at the planned end:
+            merge(net, net.shards_, lost_chains=lost_chains)  # the longer plan, "interrupted", for partial_fit)
             break
         shards = net.shards_
         tasks = {i: (shard, X, y, classes, continuing_call()) for i, shard in enumerate(shards)}
+    for shard in net.shards_:
+        shard.fit_status_.pop("stop_requested", None)  # (read above)
     from .run import user_stacklevel, warn_status
 
     for shard, err in errors:

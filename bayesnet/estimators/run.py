@@ -482,11 +482,6 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         # moves the end to where the plan's draws are in (max_epochs, when set, fixes the length itself)
         if replanned and net.max_epochs is None:
             net.steps_planned_total_ = _resumed_length(net, step)
-        elif net.max_epochs is None and net.sampler_.steps_per_draw() > 1:
-            # a sampler that collects only some steps: the draws still missing get the length of a fresh plan
-            # for them (partial_fit gives 3 times it as a budget), not what remained of the stopped call's ideal
-            # length (a tacthmc run stopped inside an extension of thinning="auto" ended short, a reviewer's test)
-            net.steps_planned_total_ = max(int(net.steps_planned_total_), _resumed_length(net, step))
         return
     # a completed run: n_draws more draws per chain (or max_epochs more epochs), no new burn-in; the draws start
     # after the chains' burn-in, as a fresh plan's do (a run that max_epochs cut inside it, then continued with
@@ -837,6 +832,7 @@ def finish_call(net, interrupted: bool, error: BaseException | None = None) -> N
         if status["status"] == "complete" and (kept.size == 0 or kept.min() < net.n_draws):
             status["status"] = "short"
     if getattr(net, "group_", None) is None:
+        status.pop("stop_requested", None)  # (read by extend_unmixed; a group's goes back to extend_groups)
         warn_status(net)
 
 
@@ -906,7 +902,9 @@ def thin_and_replan(net, conv: dict) -> None:
     net.steps_remaining_ = net.steps_expected_ = max(net.steps_planned_total_ - step, 0)
     if net.sampler_.steps_per_draw() > 1:  # (a call's budget, as partial_fit gives: DrawQuota stops at n_draws)
         net.steps_remaining_ *= 3
+    net.budget_end_ = step + int(net.steps_remaining_)  # (a stop inside the extension resumes to it)
     net.fit_status_["stopped_by"] = None
+    net.fit_status_["steps_planned"] = int(net.steps_planned_total_)
 
 
 def extend_unmixed(net) -> bool:
@@ -935,7 +933,7 @@ def extend_unmixed(net) -> bool:
     thin_and_replan(net, conv)
     # a stop at the planned run's last step (Ctrl-C, a callback's): the longer plan stands, "interrupted", and
     # partial_fit finishes it, as it would have run
-    return net.steps_remaining_ > 0 and not net.interrupt_requested_
+    return net.steps_remaining_ > 0 and not (net.interrupt_requested_ or net.fit_status_.get("stop_requested"))
 
 
 def extend_groups(net) -> bool:
@@ -949,9 +947,12 @@ def extend_groups(net) -> bool:
     net.__dict__.pop("_convergence_at", None)  # (merge computes its own)
     if conv is None:
         return False
+    stopped = any(shard.fit_status_.get("stop_requested") for shard in shards)
     for shard in shards:
         thin_and_replan(shard, conv)
         shard.fit_status_["status"] = "interrupted"  # (resumed to its new planned length)
+        if stopped:  # a stop at the planned run's last step, in a worker: the longer plan waits for partial_fit
+            shard.fit_status_["stopped_by"] = "interrupt"
     return True
 
 
