@@ -730,8 +730,6 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             run.start_chains(self, X, y)
         else:
             run.continue_chains(self, X, y)
-        state = self.sampler_state_
-        self.steps_remaining_ = max(self.steps_planned_total_ - state.step, 0)
         run.prepare_compiled(self)
         self.steps_this_call_ = 0
         self.nonfinite_this_call_ = {}  # slot -> due draws refused for not being finite, in this call
@@ -739,24 +737,22 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             self.kept_at_call_start_ = self.trace_.kept_per_slot.copy()
         self.fit_status_["stopped_by"] = None
         self.fit_status_.pop("stop_requested", None)
-        self.steps_expected_ = self.steps_remaining_
-        if self.sampler_.steps_per_draw() > 1 and self.max_epochs is None:  # collecting only some steps: a
-            self.steps_remaining_ *= 3  # budget of up to 3x the planned length; DrawQuota stops at n_draws
-            if resumes:  # (an interrupted call's budget ends where the call's would have: the same draws)
-                self.steps_remaining_ = max(self.steps_remaining_, int(vars(self).get("budget_end_", 0)) - state.step)
-        self.budget_end_ = int(state.step) + int(self.steps_remaining_)
+        run.step_budget(self, resumes)
         batch_size = run.resolve_batch_size(self.batch_size, len(X), type(self.sampler_).full_batch)
-        epochs = 1 + -(-self.steps_remaining_ // -(-len(X) // batch_size))  # the budget ends the last one
+
+        def epochs() -> int:  # (the budget ends the last one)
+            return 1 + -(-self.steps_remaining_ // -(-len(X) // batch_size))
+
         error = None
         try:
             with run.deferred_interrupt(self), run.sampling_threads(self, X, batch_size):
-                super().partial_fit(X, y, epochs=epochs)
+                super().partial_fit(X, y, epochs=epochs())
                 while run.extend_unmixed(self):  # thinning="auto": draws that have not mixed, spread further
                     if self.__dict__.get("compiled_step_") is None:  # (compile="auto" on the longer run)
                         run.prepare_compiled(self)
                     vars(self)["_extending"] = f"not mixed: draws {self.trace_.thinning} steps apart"  # (its bar's)
                     try:
-                        super().partial_fit(X, y, epochs=1 + -(-self.steps_remaining_ // -(-len(X) // batch_size)))
+                        super().partial_fit(X, y, epochs=epochs())
                     finally:
                         vars(self).pop("_extending", None)
         except Exception as exc:

@@ -848,12 +848,21 @@ def unmixed(net, conv: dict) -> bool:
     ll = conv.get("log_likelihood")
     high = any(v["rhat"] > RHAT_WARN for name, v in conv.items() if name != "potential")
     few = ll is not None and ll["ess_bulk"] < ESS_WARN
-    if not (high or few):
-        return False
-    own = ll.get("rhat_per_chain") if ll is not None else None
-    rising = ll is not None and ll.get("quarters") is not None and ll["rhat"] > RHAT_WARN and \
-        monotone(ll["quarters"], rising=True)
-    return rising or own is None or not separate_modes(ll["rhat"], own)
+    return (high or few) and not trend_or_modes(ll)[1]
+
+
+def trend_or_modes(ll: dict | None) -> tuple[bool, bool]:
+    """``(rising, modes)`` of the summed log-likelihood's figures (``convergence_["log_likelihood"]``): a trend
+    through the kept draws (its R-hat above ``RHAT_WARN`` and its mean rising through every quarter of them: a
+    stationary chain's four quarter means come out in increasing order 1 time in 24, more often when it mixes
+    slowly; a chain still fitting, nearly always; a ``convergence_`` from before the quarters has none), and, where
+    there is none, chains that most likely sit in separate modes (:func:`separate_modes`). What the warnings say
+    and what :func:`unmixed` leaves alone."""
+    if ll is None:
+        return False, False
+    quarters, own = ll.get("quarters"), ll.get("rhat_per_chain")
+    rising = quarters is not None and ll["rhat"] > RHAT_WARN and monotone(quarters, rising=True)
+    return rising, not rising and own is not None and separate_modes(ll["rhat"], own)
 
 
 def _times(n: int) -> str:
@@ -897,14 +906,25 @@ def thin_and_replan(net, conv: dict) -> None:
         {"at_step": int(net.sampler_state_.step), "thinning": [before, trace.thinning],
          "max_rhat": worst.get("max_rhat"), "min_ess_bulk": worst.get("min_ess_bulk")})
     net.kept_at_call_start_ = trace.kept_per_slot - trace.stored_per_slot
-    step = int(net.sampler_state_.step)
-    net.steps_planned_total_ = _resumed_length(net, step)
-    net.steps_remaining_ = net.steps_expected_ = max(net.steps_planned_total_ - step, 0)
-    if net.sampler_.steps_per_draw() > 1:  # (a call's budget, as partial_fit gives: DrawQuota stops at n_draws)
-        net.steps_remaining_ *= 3
-    net.budget_end_ = step + int(net.steps_remaining_)  # (a stop inside the extension resumes to it)
+    net.steps_planned_total_ = _resumed_length(net, int(net.sampler_state_.step))
+    step_budget(net)  # (a stop inside the extension resumes to its end)
     net.fit_status_["stopped_by"] = None
     net.fit_status_["steps_planned"] = int(net.steps_planned_total_)
+
+
+def step_budget(net, resumes: bool = False) -> None:
+    """The steps a call (or an extension of it) may take: ``steps_expected_``, those left of
+    ``steps_planned_total_``; ``steps_remaining_``, the budget, 3 times that for a sampler that collects only some
+    steps (tacthmc; its draw quota stops the run at ``n_draws``) unless ``max_epochs`` fixes the length, and for a
+    call resuming an interrupted one (``resumes``) at least up to where that call's budget ended
+    (``budget_end_``, kept here), so that it takes the draws the uninterrupted call would have."""
+    step = int(net.sampler_state_.step)
+    net.steps_remaining_ = net.steps_expected_ = max(int(net.steps_planned_total_) - step, 0)
+    if net.sampler_.steps_per_draw() > 1 and net.max_epochs is None:
+        net.steps_remaining_ *= 3
+        if resumes:
+            net.steps_remaining_ = max(net.steps_remaining_, int(vars(net).get("budget_end_", 0)) - step)
+    net.budget_end_ = step + int(net.steps_remaining_)
 
 
 def extend_unmixed(net) -> bool:
@@ -986,14 +1006,10 @@ def convergence_messages(net, state) -> list[str]:
                   "pointwise_log_likelihood": f"median of {conv['pointwise_log_likelihood']['rows']} rows' own"
                   if "pointwise_log_likelihood" in conv else ""}
         figures = ", ".join(f"{labels.get(name) or name} {rhat:.3f}" for name, rhat in worst)
-        # a trend, not slow mixing: the summed log-likelihood's R-hat is high and it rose through every quarter of
-        # the draws (a stationary chain's four quarter means come out in increasing order 1 time in 24, more
-        # often when it mixes slowly; a chain still fitting, nearly always). A convergence_ from before the
-        # quarters has none: the general advice.
+        # a trend, not slow mixing, or chains in separate modes: their own words; otherwise the general advice
+        rising, modes = trend_or_modes(ll)
         quarters = ll.get("quarters") if ll is not None else None
-        rising = quarters is not None and ll["rhat"] > RHAT_WARN and monotone(quarters, rising=True)
         own = ll.get("rhat_per_chain") if ll is not None else None
-        modes = not rising and own is not None and separate_modes(ll["rhat"], own)
         low, high = net.sampler_.temperature_range()
         tempers = high > low
         why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
