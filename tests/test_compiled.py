@@ -421,3 +421,23 @@ def test_compile_parameters_reach_torch_compile(cancer, monkeypatch):
     for bad in ({"compile__backend": "no_such_backend"}, {"compile__mode": "no_such_mode"}):
         with pytest.raises(ValueError, match=r"torch.compile failed on a stand-in with the compile__\* options"):
             _fit(BayesianMLPClassifier(**params, **bad), X, y)
+
+
+def test_auto_decides_again_for_the_longer_run_of_auto_thinning(monkeypatch):
+    """compile="auto" decided eager for the planned run; thinning="auto" runs on where the draws have not mixed,
+    and the longer run may repay compiling: the record then says from which step the transition ran compiled."""
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    # planned: 200 steps after the warm-up; the first extension has 200 steps to go, the second 400
+    monkeypatch.setattr(compiled_module, "COMPILE_MIN_STEPS", 300)
+    est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20, random_state=0,
+                                     compile__backend="eager"), X, y)
+    assert [e["thinning"] for e in est.fit_status_["thinning_extended"]] == [[10, 20], [20, 40]]
+    assert est.compiled_step_ is not None
+    assert est.fit_status_["compiled"] == "compiled from step 600 (thinning='auto' ran on; the steps before, eagerly)"
+    planned = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20,
+                                         random_state=0, thinning=40), X, y)
+    assert planned.fit_status_["compiled"] == "compiled"  # (800 steps after its warm-up)
+    np.testing.assert_allclose(est.trace_.as_array(), planned.trace_.as_array(), rtol=1e-4, atol=1e-5)

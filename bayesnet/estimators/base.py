@@ -749,7 +749,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 super().partial_fit(X, y, epochs=epochs())
                 while run.extend_unmixed(self):  # thinning="auto": draws that have not mixed, spread further
                     if self.__dict__.get("compiled_step_") is None:  # (compile="auto" on the longer run)
-                        run.prepare_compiled(self)
+                        run.prepare_compiled(self, extension=True)
                     vars(self)["_extending"] = f"not mixed: draws {self.trace_.thinning} steps apart"  # (its bar's)
                     try:
                         super().partial_fit(X, y, epochs=epochs())
