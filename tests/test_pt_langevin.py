@@ -435,5 +435,8 @@ def test_replicas_above_temperature_one_do_not_make_a_fit_short():
                                     burn_in=100, n_draws=20, random_state=0).fit(X, y)
     kept = est.trace_.stored_per_slot
     assert kept[0] == 20 and kept[1:].max() < 20 and est.fit_status_["status"] == "complete"
+    # what was asked for: n_draws of the temperature-1 replica; the others' draws come on top (draws_wanted counted
+    # every replica, so that a complete fit read as "kept fewer than wanted")
+    assert est.fit_status_["draws_wanted"] == 20 and est.fit_status_["draws_kept"] == kept.sum() > 20
     assert not any("draws were kept per chain" in str(w.message) for w in caught
                    if issubclass(w.category, ConvergenceWarning))

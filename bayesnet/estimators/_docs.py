@@ -231,7 +231,9 @@ ATTRIBUTES_DOC = """
         a ``MemoryError`` that stopped a group of chains with ``n_jobs``;
         ``partial_fit`` resumes either to the planned length, "diverged"),
         ``stopped_by``, ``steps_taken`` and ``steps_planned``,
-        ``draws_kept``/``draws_wanted``/``draws_discarded``,
+        ``draws_kept``/``draws_wanted``/``draws_discarded`` (``draws_wanted``:
+        ``n_draws`` per member that keeps them, all chains together;
+        pt-langevin's hotter replicas' draws come on top, in ``draws_kept``),
         ``diverged_chains`` (per chain: step, draws kept and discarded),
         ``lost_chains`` (groups whose worker died, with ``n_jobs``),
         ``intra_op_threads``: the torch CPU threads the run used (one when a

@@ -242,8 +242,9 @@ def merge(net, shards, lost_chains=(), faults=(), lost_now=()) -> None:
     status = max((s["status"] for s in running), key=rank.index)
     if (lost_chains or faults) and status == "complete":
         status = "short"  # fewer draws than asked for: a group was lost or stopped by an error
-    wanted = int(net.n_draws) * net.trace_.n_slots  # every chain asked for, lost ones included
-    wanted += int(net.n_draws) * len(lost_chains) * first.layout_.members_per_chain
+    from .run import draws_wanted
+
+    wanted = draws_wanted(net, len(lost_chains))  # every chain asked for, lost ones included
     net.fit_status_ = {
         "status": status, "diverged_chains": diverged,
         "stopped_by": ("; ".join(faults) if faults else

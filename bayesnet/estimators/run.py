@@ -780,6 +780,18 @@ def _quota_slots(net) -> np.ndarray:
     return trace.active & mask
 
 
+def draws_wanted(net, lost_chains: int = 0) -> int:
+    """The draws the run asked for, all chains together (``fit_status_["draws_wanted"]``): ``n_draws`` for each
+    member that is to keep them (:meth:`~bayesnet.samplers.Sampler.quota_members`: every member, or pt-langevin's
+    replicas at temperature 1, whose hotter replicas' draws after the tempering phase come on top, in
+    ``draws_kept``), for the chains of the trace (diverged ones included) and ``lost_chains`` more (groups lost
+    with ``n_jobs``)."""
+    layout = net.layout_
+    per_chain = int(np.asarray(net.sampler_.quota_members(layout), dtype=bool).sum()) // max(int(layout.chains), 1)
+    chains = int(net.trace_.n_slots) // int(layout.members_per_chain) + int(lost_chains)
+    return int(net.n_draws) * per_chain * chains
+
+
 def _kept_per_quota_slot(net) -> np.ndarray:
     """Draws stored per active trace slot among those that are to keep ``n_draws``."""
     return net.trace_.stored_per_slot[_quota_slots(net)]
@@ -825,7 +837,7 @@ def finish_call(net, interrupted: bool, error: BaseException | None = None) -> N
         net.diagnostics_["compile_seconds"] = compiled.compile_seconds
     trace = net.trace_
     status.update(steps_taken=int(net.sampler_state_.step), steps_planned=int(net.steps_planned_total_),
-                  draws_kept=int(len(trace)), draws_wanted=int(net.n_draws * trace.n_slots),
+                  draws_kept=int(len(trace)), draws_wanted=draws_wanted(net),
                   draws_discarded=int(trace.discarded_per_slot.sum()))
     if status["status"] != "diverged":
         quota_done = status.get("stopped_by") == "draws collected"
@@ -1225,13 +1237,13 @@ def _step_advice(net, state) -> str:
     hint = net.sampler_.divergence_hint(state)
     advice = (f"Set a smaller step size (now {hint})" if getattr(net, "input_mean_", None) is not None
               else f"Standardise the inputs (standardize_inputs=True), or set a smaller step size (now {hint})")
-    smaller = _smaller_batches(net)
+    smaller = smaller_batches(net)
     return advice if smaller is None else f"{smaller}; or: {advice[0].lower()}{advice[1:]}"
 
 
-def _smaller_batches(net) -> str | None:
-    """Why chains continued on smaller mini-batches than their warm-up measured may run hot, as the fix's first
-    words (a helper's user test: ``set_params(batch_size=4)`` before ``partial_fit`` ran the frozen step at kinetic
+def smaller_batches(net) -> str | None:
+    """Why chains continued on smaller mini-batches than their warm-up measured may run hot or diverge, as the fix's
+    first words (in the warning of a hot chain and the DivergenceError; a helper's user test: ``set_params(batch_size=4)`` before ``partial_fit`` ran the frozen step at kinetic
     temperature 1.4, and the warning asked for a smaller step only); None when the batches are not smaller."""
     plan = getattr(net, "plan_", None)
     n_data = getattr(net, "n_train_", None)
