@@ -902,7 +902,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         moved = "" if since is None or step <= since else (
             f" The chains continued on other data than the earlier call's (from step {since}) with the step size and "
             "mass the warm-up froze on those: call fit() (with warm_start=False) to warm up on these data.")
-        return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved} Reduce the step size (now {hint}), e.g. by a "
+        smaller = run.smaller_batches(self)  # (set_params(batch_size=...) before a continued run)
+        smaller = "" if smaller is None else f" {smaller}."
+        return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved}{smaller} Reduce the step size (now {hint}), e.g. by a "
                 f"factor of 10{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
                 "discarded (see fit_status_).")
