@@ -432,6 +432,7 @@ def test_auto_decides_again_for_the_longer_run_of_auto_thinning(monkeypatch):
     X = StandardScaler().fit_transform(X)
     # planned: 200 steps after the warm-up; the first extension has 200 steps to go, the second 400
     monkeypatch.setattr(compiled_module, "COMPILE_MIN_STEPS", 300)
+    monkeypatch.setattr("bayesnet.estimators.run.unmixed", lambda net, conv: True)  # (every check fails: it extends)
     est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20, random_state=0,
                                      compile__backend="eager"), X, y)
     assert [e["thinning"] for e in est.fit_status_["thinning_extended"]] == [[10, 20], [20, 40]]
@@ -441,3 +442,22 @@ def test_auto_decides_again_for_the_longer_run_of_auto_thinning(monkeypatch):
                                          random_state=0, thinning=40), X, y)
     assert planned.fit_status_["compiled"] == "compiled"  # (800 steps after its warm-up)
     np.testing.assert_allclose(est.trace_.as_array(), planned.trace_.as_array(), rtol=1e-4, atol=1e-5)
+
+
+def test_auto_decides_again_in_each_group_of_chains(monkeypatch):
+    """The same with n_jobs: each group's longer run is resumed by its worker's partial_fit, which decides again
+    and records from which step it compiled (a reviewer found the groups' record read "compiled")."""
+    import joblib
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    monkeypatch.setattr(compiled_module, "COMPILE_MIN_STEPS", 300)
+    monkeypatch.setattr("bayesnet.estimators.run.unmixed", lambda net, conv: True)  # (every check fails: it extends)
+    with joblib.parallel_config(backend="threading"):
+        est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), n_chains=2, n_jobs=2, burn_in=200, n_draws=20,
+                                         random_state=0, compile__backend="eager"), X, y)
+    assert [e["thinning"] for e in est.fit_status_["thinning_extended"]] == [[10, 20], [20, 40]]
+    record = "compiled from step 600 (thinning='auto' ran on; the steps before, eagerly)"
+    assert est.fit_status_["compiled"] == record
+    assert all(shard.fit_status_["compiled"] == record for shard in est.shards_)

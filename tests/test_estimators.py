@@ -898,8 +898,8 @@ def test_a_default_fit_that_has_not_mixed_runs_longer_instead_of_warning(cancer,
         if "thinning_extended" in est.fit_status_:
             break
     else:
-        pytest.fail("no default fit of seeds 0-7 ran on: expected about one in four")
-    assert est.fit_status_["thinning_extended"][0]["thinning"] == [10, 20]
+        pytest.fail("no default fit of seeds 0-7 ran on (one or two in ten do, depending on the CPU)")
+    assert [e["thinning"] for e in est.fit_status_["thinning_extended"]] == [[10, 20]]  # (one doubling sufficed)
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)], [str(w.message) for w in caught]
     assert est.convergence_["log_likelihood"]["ess_bulk"] > 15 and est.score(Xte, yte) > 0.93
     monkeypatch.setattr(run_module, "MAX_THINNING_DOUBLINGS", 0)

@@ -1681,6 +1681,7 @@ def test_a_hot_chain_on_smaller_batches_than_the_warm_up_names_the_batch_size():
             est.set_params(batch_size=4).partial_fit(X, y)
         except DivergenceError as exc:
             assert named in str(exc) and "Fit anew (warm_start=False)" in str(exc), str(exc)
+            assert "set batch_size back; or: reduce the step size" in str(exc), str(exc)
         else:
             hot = next(str(w.message) for w in record if "ran hot" in str(w.message))
             assert named in hot and "Fit anew (warm_start=False)" in hot and "set a smaller step size" in hot, hot

@@ -749,7 +749,7 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
                 super().partial_fit(X, y, epochs=epochs())
                 while run.extend_unmixed(self):  # thinning="auto": draws that have not mixed, spread further
                     if self.__dict__.get("compiled_step_") is None:  # (compile="auto" on the longer run)
-                        run.prepare_compiled(self, extension=True)
+                        run.prepare_compiled(self)
                     vars(self)["_extending"] = f"not mixed: draws {self.trace_.thinning} steps apart"  # (its bar's)
                     try:
                         super().partial_fit(X, y, epochs=epochs())
@@ -903,9 +903,9 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
             f" The chains continued on other data than the earlier call's (from step {since}) with the step size and "
             "mass the warm-up froze on those: call fit() (with warm_start=False) to warm up on these data.")
         smaller = run.smaller_batches(self)  # (set_params(batch_size=...) before a continued run)
-        smaller = "" if smaller is None else f" {smaller}."
-        return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved}{smaller} Reduce the step size (now {hint}), e.g. by a "
-                f"factor of 10{inputs}. {len(trace)} draws from before the divergence are kept and usable for "
+        reduce = f"the step size (now {hint}), e.g. by a factor of 10{inputs}."
+        advice = f" Reduce {reduce}" if smaller is None else f" {smaller}; or: reduce {reduce}"
+        return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved}{advice} {len(trace)} draws from before the divergence are kept and usable for "
                 f"prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
                 "discarded (see fit_status_).")
 

@@ -517,14 +517,14 @@ def _resumed_length(net, step: int) -> int:
     return trace.burn_in + seen + (-seen) % trace.thinning + missing * trace.thinning
 
 
-def prepare_compiled(net, extension: bool = False) -> None:
+def prepare_compiled(net) -> None:
     """Set up the compiled transition for this call (``compiled_step_``) when ``compile`` and the run ask for it
     (:func:`bayesnet.samplers.compiled.compile_decision`). Built anew at every call: a continued fit may have
     new data (its size scales the likelihood), a new sampler or prior; TorchInductor's cache makes a repeated
     compilation of the same graph quick. The decision is recorded in ``fit_status_["compiled"]`` (and, after a
-    failed compilation, why the run went on eagerly). ``extension``: decided again for the longer run of
-    ``thinning="auto"`` (:func:`extend_unmixed`) after an eager start; where that compiles, the record says from
-    which step, since the steps before ran eagerly."""
+    failed compilation, why the run went on eagerly). Decided again for the longer run of ``thinning="auto"``
+    (:func:`extend_unmixed`; in one process, or in each group's worker with ``n_jobs``), on the steps still to
+    go: where that compiles after an eager start, the record says from which step."""
     from ..samplers.compiled import CompiledTransition, compile_decision
 
     warm_until = max(int(net.sampler_.adaptation_length()), int(net.sampler_state_.step))
@@ -533,8 +533,13 @@ def prepare_compiled(net, extension: bool = False) -> None:
                                         net.get_params_for("compile"))
     net.compiled_step_ = (CompiledTransition(net.sampler_, net.posterior_, net.sampler_state_.layout,
                                              options=options) if ok else None)
-    if ok and extension:
-        why = f"{why} from step {int(net.sampler_state_.step)} (thinning='auto' ran on; the steps before, eagerly)"
+    before = net.fit_status_.get("compiled")
+    extended = net.fit_status_.get("thinning_extended") or []
+    if ok and extended and extended[-1]["at_step"] == int(net.sampler_state_.step):  # (the longer run starts)
+        if isinstance(before, str) and before.startswith("compiled from step"):
+            why = before  # (compiled since an earlier doubling)
+        elif not (isinstance(before, str) and before.startswith("compiled")):
+            why = f"{why} from step {int(net.sampler_state_.step)} (thinning='auto' ran on; the steps before, eagerly)"
     net.fit_status_["compiled"] = why
 
 
