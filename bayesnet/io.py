@@ -236,12 +236,18 @@ def _params(obj, enc: _Encoder, key: str, params: dict | None = None) -> dict:
                                  "can be named in a model file.")
             out[name] = {"__function__": qualified}
             continue
+        if name == "prior_scale" and type(value).__name__ in _prior_classes() \
+                and _prior_classes()[type(value).__name__] is type(value):
+            out[name] = {"__prior__": type(value).__name__,
+                         "params": enc.value(_prior_arguments(value), f"{key}.params.{name}")}
+            continue
         try:
             out[name] = enc.value(value, f"{key}.params.{name}")
         except TypeError:
             raise ValueError(f"cannot save {type(obj).__name__}.{name}={value!r} safely (not plain data); a custom "
                              "prior or sampler object has to be given as numbers and a registered name to be "
-                             "saved.") from None
+                             "saved (bayesnet's own priors, GaussianPrior, FanInPrior and HierarchicalPrior, are "
+                             "saved by name with their settings).") from None
     return out
 
 
@@ -303,7 +309,8 @@ def save(model, path: str | os.PathLike, metadata: dict | None = None) -> None:
         For a model, or a pipeline step, of a class the format does not hold, or a ``metadata`` value that is not
         plain data (the message names it: ``metadata['notes'][1]``).
     ValueError
-        For a parameter that is not plain data (a callable, a custom prior object).
+        For a parameter that is not plain data (a callable, a prior object of another class than bayesnet's own
+        ``GaussianPrior``, ``FanInPrior`` and ``HierarchicalPrior``, which are saved by name with their settings).
     OSError
         If the file cannot be written (``FileNotFoundError`` when the folder ``path`` names does not exist; a full
         disk, a file-size limit, no permission); nothing is left at ``path`` then, nor a temporary file.
@@ -435,10 +442,44 @@ def _read(path):
                          f"{type(exc).__name__}).") from None
 
 
+def _prior_classes() -> dict:
+    """The priors a model file may name (bayesnet's own, built from their plain constructor arguments)."""
+    from .priors import FanInPrior, GaussianPrior, HierarchicalPrior
+
+    return {cls.__name__: cls for cls in (GaussianPrior, FanInPrior, HierarchicalPrior)}
+
+
+def _prior_arguments(prior) -> dict:
+    """A built-in prior's constructor arguments as it holds them (the per-chain state it gathers in a fit, such as
+    the hierarchical prior's precisions, is not a setting: the estimators copy ``prior_scale`` before using it)."""
+    import inspect
+
+    names = [n for n in inspect.signature(type(prior).__init__).parameters if n != "self"]
+    return {n: getattr(prior, n) for n in names}
+
+
+def _prior_back(value: dict, tensors):
+    """A prior a model file names: one of :func:`_prior_classes`, from plain numbers and flags checked by its
+    constructor (ValueError otherwise)."""
+    cls = _prior_classes().get(value.get("__prior__"))
+    arguments = _decode(value.get("params"), tensors)
+    if cls is None or not isinstance(arguments, dict) or set(arguments) - set(_prior_arguments(cls())) \
+            or not all(isinstance(v, (bool, int, float)) for v in arguments.values()):
+        raise ValueError(f"malformed model file: prior_scale names {value.get('__prior__')!r} with "
+                         f"{arguments!r}, not one of bayesnet's priors ({', '.join(_prior_classes())}) with its "
+                         "settings.")
+    try:
+        return cls(**arguments)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed model file: prior_scale: {exc}") from None
+
+
 def _params_back(spec_params: dict, tensors) -> dict:
     out = {}
     for name, value in spec_params.items():
-        if isinstance(value, dict) and "__function__" in value:
+        if name == "prior_scale" and isinstance(value, dict) and "__prior__" in value:
+            out[name] = _prior_back(value, tensors)
+        elif isinstance(value, dict) and "__function__" in value:
             fn = _functions().get(value["__function__"])
             if fn is None:
                 raise ValueError(f"the model file names an unknown function {value['__function__']!r}.")

@@ -919,7 +919,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         sklearn.exceptions.NotFittedError
             Before ``fit``.
         ValueError
-            For a parameter that is not plain data (a callable, a custom prior object).
+            For a parameter that is not plain data (a callable, a prior object of another class than bayesnet's
+            own, which are saved by name with their settings).
         """
         from ..io import save
 
