@@ -512,14 +512,15 @@ def tempers(sampler) -> bool:
     return sampler is not None and tuple(float(t) for t in sampler.temperature_range()) != (1.0, 1.0)
 
 
-def make_prior(prior: "float | str | object", sampler=None):
+def make_prior(prior: "float | str | object", sampler=None, likelihood=None):
     """Turn an estimator's ``prior_scale`` into a prior.
 
     A float is :class:`GaussianPrior` (that sd on every weight); "fan_in" is :class:`FanInPrior`;
     "hierarchical" is :class:`HierarchicalPrior`; "auto" is "hierarchical" for a ``sampler`` that samples
-    at temperature 1 throughout and "fan_in" for one that tempers (a tempered hierarchical prior is
-    improper above temperature 1). An object with ``log_prob`` is copied (a fit's own: a prior may keep
-    per-chain state).
+    at temperature 1 throughout and, for one that tempers (a tempered hierarchical prior is improper above
+    temperature 1), the fan-in prior at the ``likelihood``'s ``fan_in_gain`` (4 for the categorical
+    likelihood's logits, 1 for standardised regression targets and without a likelihood). An object with
+    ``log_prob`` is copied (a fit's own: a prior may keep per-chain state).
 
     Raises
     ------
@@ -532,8 +533,10 @@ def make_prior(prior: "float | str | object", sampler=None):
     if hasattr(prior, "log_prob"):
         prior = copy.deepcopy(prior)
     elif isinstance(prior, str):
+        if prior == "auto" and tempers(sampler):
+            return FanInPrior(gain=float(getattr(likelihood, "fan_in_gain", 1.0)))
         if prior == "auto":
-            prior = "fan_in" if tempers(sampler) else "hierarchical"
+            prior = "hierarchical"
         if prior not in PRIOR_NAMES:
             raise ValueError(f"prior_scale must be a positive float, 'auto', one of {sorted(PRIOR_NAMES)} or a prior "
                              f"object, got {prior!r}.")

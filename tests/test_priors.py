@@ -287,6 +287,15 @@ def test_prior_scale_resolution():
     assert type(make_prior("auto", make_sampler("tacthmc"))) is FanInPrior
     assert type(make_prior("auto", make_sampler("sghmc", temperature=0.5))) is FanInPrior
     assert type(make_prior("fan_in", make_sampler("sghmc"))) is FanInPrior
+    # the fan-in prior's gain follows the likelihood: wide for logits, 1 for standardised targets; an explicit
+    # "fan_in" is gain 1 whatever the likelihood
+    from bayesnet.likelihoods import CategoricalLikelihood, GaussianLikelihood
+
+    tact = make_sampler("tacthmc")
+    assert make_prior("auto", tact, CategoricalLikelihood()).gain == CategoricalLikelihood.fan_in_gain == 4.0
+    assert make_prior("auto", tact, GaussianLikelihood()).gain == make_prior("auto", tact).gain == 1.0
+    assert make_prior("fan_in", tact, CategoricalLikelihood()).gain == 1.0
+    assert type(make_prior("auto", make_sampler("sghmc"), CategoricalLikelihood())) is HierarchicalPrior
     with pytest.raises(ValueError, match="temperature 1 throughout"):
         make_prior("hierarchical", make_sampler("pt-langevin"))
     with pytest.raises(ValueError, match="prior_scale"):

@@ -92,9 +92,12 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         (``HierarchicalPrior(input_relevance=False)`` gives the input layer
         one precision). "fan_in": that prior at
         ``tau = 1``. "auto" is "hierarchical" for a sampler at temperature 1
-        and "fan_in" for a sampler that tempers (tacthmc, pt-langevin, or
+        and, for a sampler that tempers (tacthmc, pt-langevin, or
         ``sampler__temperature`` other than 1), where a hierarchical prior
-        is improper. A float is the sd of an isotropic Gaussian on every
+        is improper, the fan-in prior at the likelihood's gain:
+        ``FanInPrior(gain=4.0)`` for a classifier (wider logits; at gain 1
+        the draws were 2.5-5x sghmc's log loss), ``FanInPrior()`` for a
+        regressor. A float is the sd of an isotropic Gaussian on every
         weight and bias (the papers' prior); an object with
         ``log_prob(parameters)`` is used as given. An explicit choice always
         overrides "auto". Raises ValueError for "hierarchical" with a

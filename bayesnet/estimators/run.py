@@ -305,7 +305,7 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.module_ = module.to(net.device_)
     with net._current_init_context("criterion"):
         net.criterion_ = likelihood.to(net.device_)
-    net.prior_ = make_prior(net.prior_scale, sampler)
+    net.prior_ = make_prior(net.prior_scale, sampler, likelihood)
     members = [[p.to(net.device_) for p in m] for m in members]
     net.posterior_ = ChainPosterior(net.module_, net.criterion_, net.prior_, n_data, members)
     net.data_generator_ = torch.Generator().manual_seed(_derived_seed(net.seed_, 0))
@@ -437,10 +437,10 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     # hierarchical prior: ValueError)
     prior = None
     if "prior_scale" in changed:
-        prior = make_prior(net.prior_scale, sampler)
+        prior = make_prior(net.prior_scale, sampler, net.criterion_)
     elif isinstance(net.prior_scale, str) and net.prior_scale == "auto":
-        resolved = make_prior("auto", sampler)
-        prior = resolved if type(resolved) is not type(net.prior_) else None
+        resolved = make_prior("auto", sampler, net.criterion_)
+        prior = resolved if repr(resolved) != repr(net.prior_) else None
     if prior is None:
         make_prior(net.prior_, sampler)
     previous, net.sampler_ = net.sampler_, sampler
