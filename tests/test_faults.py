@@ -915,7 +915,7 @@ def test_the_auto_prior_follows_the_temperature_of_a_continued_fit(iris):
     fit_recording(est, X, y)
     fit_recording(est.set_params(sampler__temperature=2.0), X, y, method="partial_fit")
     assert type(est.prior_).__name__ == "FanInPrior" and est.posterior_.prior is est.prior_
-    assert est.prior_.gain == 4.0  # (a classifier's: its likelihood's fan_in_gain, as a fresh fit's)
+    assert est.prior_.gain == 2.0  # (a classifier's: its likelihood's fan_in_gain, as a fresh fit's)
     fit_recording(est.set_params(sampler__temperature=1.0), X, y, method="partial_fit")
     assert type(est.prior_).__name__ == "HierarchicalPrior" and est.fit_status_["status"] == "complete"
     fixed = BayesianMLPClassifier(**kw, prior_scale="hierarchical")

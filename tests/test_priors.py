@@ -292,7 +292,7 @@ def test_prior_scale_resolution():
     from bayesnet.likelihoods import CategoricalLikelihood, GaussianLikelihood
 
     tact = make_sampler("tacthmc")
-    assert make_prior("auto", tact, CategoricalLikelihood()).gain == CategoricalLikelihood.fan_in_gain == 4.0
+    assert make_prior("auto", tact, CategoricalLikelihood()).gain == CategoricalLikelihood.fan_in_gain == 2.0
     assert make_prior("auto", tact, GaussianLikelihood()).gain == make_prior("auto", tact).gain == 1.0
     assert make_prior("fan_in", tact, CategoricalLikelihood()).gain == 1.0
     assert type(make_prior("auto", make_sampler("sghmc"), CategoricalLikelihood())) is HierarchicalPrior

@@ -95,7 +95,7 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         and, for a sampler that tempers (tacthmc, pt-langevin, or
         ``sampler__temperature`` other than 1), where a hierarchical prior
         is improper, the fan-in prior at the likelihood's gain:
-        ``FanInPrior(gain=4.0)`` for a classifier (wider logits; at gain 1
+        ``FanInPrior(gain=2.0)`` for a classifier (wider logits; at gain 1
         the draws were 2.5-5x sghmc's log loss), ``FanInPrior()`` for a
         regressor. A float is the sd of an isotropic Gaussian on every
         weight and bias (the papers' prior); an object with

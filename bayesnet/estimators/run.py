@@ -440,7 +440,9 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         prior = make_prior(net.prior_scale, sampler, net.criterion_)
     elif isinstance(net.prior_scale, str) and net.prior_scale == "auto":
         resolved = make_prior("auto", sampler, net.criterion_)
-        prior = resolved if repr(resolved) != repr(net.prior_) else None
+        # (by class: a running prior of the same class is kept, with its sampled precisions, whatever settings
+        # an older version gave it)
+        prior = resolved if type(resolved) is not type(net.prior_) else None
     if prior is None:
         make_prior(net.prior_, sampler)
     previous, net.sampler_ = net.sampler_, sampler
