@@ -236,8 +236,7 @@ def _params(obj, enc: _Encoder, key: str, params: dict | None = None) -> dict:
                                  "can be named in a model file.")
             out[name] = {"__function__": qualified}
             continue
-        if name == "prior_scale" and type(value).__name__ in _prior_classes() \
-                and _prior_classes()[type(value).__name__] is type(value):
+        if name == "prior_scale" and type(value) in _prior_classes().values():  # (exactly: not a subclass)
             out[name] = {"__prior__": type(value).__name__,
                          "params": enc.value(_prior_arguments(value), f"{key}.params.{name}")}
             continue
@@ -449,13 +448,17 @@ def _prior_classes() -> dict:
     return {cls.__name__: cls for cls in (GaussianPrior, FanInPrior, HierarchicalPrior)}
 
 
+def _prior_settings(cls) -> list[str]:
+    """The names of a built-in prior class's constructor arguments, which it keeps as attributes of the same names."""
+    import inspect
+
+    return [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+
+
 def _prior_arguments(prior) -> dict:
     """A built-in prior's constructor arguments as it holds them (the per-chain state it gathers in a fit, such as
     the hierarchical prior's precisions, is not a setting: the estimators copy ``prior_scale`` before using it)."""
-    import inspect
-
-    names = [n for n in inspect.signature(type(prior).__init__).parameters if n != "self"]
-    return {n: getattr(prior, n) for n in names}
+    return {n: getattr(prior, n) for n in _prior_settings(type(prior))}
 
 
 def _prior_back(value: dict, tensors):
@@ -463,7 +466,7 @@ def _prior_back(value: dict, tensors):
     constructor (ValueError otherwise)."""
     cls = _prior_classes().get(value.get("__prior__"))
     arguments = _decode(value.get("params"), tensors)
-    if cls is None or not isinstance(arguments, dict) or set(arguments) - set(_prior_arguments(cls())) \
+    if cls is None or not isinstance(arguments, dict) or set(arguments) - set(_prior_settings(cls)) \
             or not all(isinstance(v, (bool, int, float)) for v in arguments.values()):
         raise ValueError(f"malformed model file: prior_scale names {value.get('__prior__')!r} with "
                          f"{arguments!r}, not one of bayesnet's priors ({', '.join(_prior_classes())}) with its "

@@ -423,23 +423,28 @@ def test_compile_parameters_reach_torch_compile(cancer, monkeypatch):
             _fit(BayesianMLPClassifier(**params, **bad), X, y)
 
 
-def test_auto_decides_again_for_the_longer_run_of_auto_thinning(monkeypatch):
-    """compile="auto" decided eager for the planned run; thinning="auto" runs on where the draws have not mixed,
-    and the longer run may repay compiling: the record then says from which step the transition ran compiled."""
+def _iris_extended_twice(monkeypatch, **params):
+    """iris, 2 chains of an (8,) MLP, 200 steps after a 200-step warm-up; every convergence check fails, so
+    thinning="auto" doubles twice (to 400 and 800 steps after the warm-up), and compile="auto" pays from 300 steps
+    on: eager for the planned run and the first extension (200 steps to go), compiled for the second (400)."""
     from sklearn.datasets import load_iris
 
     X, y = load_iris(return_X_y=True)
     X = StandardScaler().fit_transform(X)
-    # planned: 200 steps after the warm-up; the first extension has 200 steps to go, the second 400
     monkeypatch.setattr(compiled_module, "COMPILE_MIN_STEPS", 300)
     monkeypatch.setattr("bayesnet.estimators.run.unmixed", lambda net, conv: True)  # (every check fails: it extends)
-    est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20, random_state=0,
-                                     compile__backend="eager"), X, y)
+    kw = dict(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20, random_state=0)
+    return _fit(BayesianMLPClassifier(**kw, **params), X, y), (kw, X, y)
+
+
+def test_auto_decides_again_for_the_longer_run_of_auto_thinning(monkeypatch):
+    """compile="auto" decided eager for the planned run; thinning="auto" runs on where the draws have not mixed,
+    and the longer run may repay compiling: the record then says from which step the transition ran compiled."""
+    est, (kw, X, y) = _iris_extended_twice(monkeypatch, compile__backend="eager")
     assert [e["thinning"] for e in est.fit_status_["thinning_extended"]] == [[10, 20], [20, 40]]
     assert est.compiled_step_ is not None
     assert est.fit_status_["compiled"] == "compiled from step 600 (thinning='auto' ran on; the steps before, eagerly)"
-    planned = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=20,
-                                         random_state=0, thinning=40), X, y)
+    planned = _fit(BayesianMLPClassifier(**kw, thinning=40), X, y)
     assert planned.fit_status_["compiled"] == "compiled"  # (800 steps after its warm-up)
     np.testing.assert_allclose(est.trace_.as_array(), planned.trace_.as_array(), rtol=1e-4, atol=1e-5)
 
@@ -448,15 +453,9 @@ def test_auto_decides_again_in_each_group_of_chains(monkeypatch):
     """The same with n_jobs: each group's longer run is resumed by its worker's partial_fit, which decides again
     and records from which step it compiled (a reviewer found the groups' record read "compiled")."""
     import joblib
-    from sklearn.datasets import load_iris
 
-    X, y = load_iris(return_X_y=True)
-    X = StandardScaler().fit_transform(X)
-    monkeypatch.setattr(compiled_module, "COMPILE_MIN_STEPS", 300)
-    monkeypatch.setattr("bayesnet.estimators.run.unmixed", lambda net, conv: True)  # (every check fails: it extends)
     with joblib.parallel_config(backend="threading"):
-        est = _fit(BayesianMLPClassifier(hidden_layer_sizes=(8,), n_chains=2, n_jobs=2, burn_in=200, n_draws=20,
-                                         random_state=0, compile__backend="eager"), X, y)
+        est, _ = _iris_extended_twice(monkeypatch, n_jobs=2, compile__backend="eager")
     assert [e["thinning"] for e in est.fit_status_["thinning_extended"]] == [[10, 20], [20, 40]]
     record = "compiled from step 600 (thinning='auto' ran on; the steps before, eagerly)"
     assert est.fit_status_["compiled"] == record

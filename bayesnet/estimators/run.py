@@ -538,10 +538,9 @@ def prepare_compiled(net) -> None:
     before = net.fit_status_.get("compiled")
     extended = net.fit_status_.get("thinning_extended") or []
     if ok and extended and extended[-1]["at_step"] == int(net.sampler_state_.step):  # (the longer run starts)
-        if isinstance(before, str) and before.startswith("compiled from step"):
-            why = before  # (compiled since an earlier doubling)
-        elif not (isinstance(before, str) and before.startswith("compiled")):
-            why = f"{why} from step {int(net.sampler_state_.step)} (thinning='auto' ran on; the steps before, eagerly)"
+        # compiled already (from the start, or since an earlier doubling): its record stands
+        why = before if isinstance(before, str) and before.startswith("compiled") else \
+            f"{why} from step {int(net.sampler_state_.step)} (thinning='auto' ran on; the steps before, eagerly)"
     net.fit_status_["compiled"] = why
 
 
@@ -1251,8 +1250,9 @@ def _step_advice(net, state) -> str:
 
 def smaller_batches(net) -> str | None:
     """Why chains continued on smaller mini-batches than their warm-up measured may run hot or diverge, as the fix's
-    first words (in the warning of a hot chain and the DivergenceError; a helper's user test: ``set_params(batch_size=4)`` before ``partial_fit`` ran the frozen step at kinetic
-    temperature 1.4, and the warning asked for a smaller step only); None when the batches are not smaller."""
+    first words (in the warning of a hot chain and the DivergenceError; a helper's user test:
+    ``set_params(batch_size=4)`` before ``partial_fit`` ran the frozen step at kinetic temperature 1.4, and the
+    warning asked for a smaller step only); None when the batches are not smaller."""
     plan = getattr(net, "plan_", None)
     n_data = getattr(net, "n_train_", None)
     if plan is None or n_data is None or net.batch_size is None:
