@@ -1088,6 +1088,27 @@ def test_the_data_change_is_named_by_its_own_call_only(iris):
         assert est._new_data_at is None
 
 
+def test_a_divergence_on_new_data_and_smaller_batches_asks_for_a_fit_anew_once(iris):
+    """Stop 58's note: with both the data and the batch size changed before a continued run, the DivergenceError
+    asked twice to fit anew, once for each. It asks once, and says the fit anew answers the batch size too."""
+    X, y = iris
+    kw = dict(hidden_layer_sizes=(8,), burn_in=50, n_draws=10, thinning=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier(**kw).fit(X[::2], y[::2])
+        est.set_params(batch_size=4).partial_fit(X, y)
+    assert est._new_data_at == 70
+    est.fit_status_["diverged_chains"] = {0: {"reason": "a non-finite potential", "step": 80}}
+    message = est.divergence_message(80, [0])
+    assert message.count("warm_start=False") == 1 and message.lower().count("fit anew") == 1, message
+    assert "other data than the earlier call's" in message, message
+    assert "mini-batches of 4 rows (batch_size=4)" in message, message
+    assert "The fit anew warms up at this batch size too; or set batch_size back; or: reduce" in message, message
+    est._new_data_at = None  # the same call on the same data: the batch size's own fix
+    message = est.divergence_message(80, [0])
+    assert "Fit anew (warm_start=False) to warm up at this batch size, or set batch_size back" in message, message
+
+
 def test_groups_of_chains_refuse_a_changed_number_of_chains(iris):
     """Before: with n_jobs the groups kept their chains and partial_fit continued them silently under the new
     n_chains (the shards were never told), so n_chains and the chains fitted disagreed."""

@@ -902,7 +902,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         moved = "" if since is None or step <= since else (
             f" The chains continued on other data than the earlier call's (from step {since}) with the step size and "
             "mass the warm-up froze on those: call fit() (with warm_start=False) to warm up on these data.")
-        smaller = run.smaller_batches(self)  # (set_params(batch_size=...) before a continued run)
+        # (set_params(batch_size=...) before a continued run; a fit anew asked for once when the data changed too)
+        smaller = run.smaller_batches(self, anew=not moved)
         reduce = f"the step size (now {hint}), e.g. by a factor of 10{inputs}."
         advice = f" Reduce {reduce}" if smaller is None else f" {smaller}; or: reduce {reduce}"
         return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved}{advice} {len(trace)} draws from before the "

@@ -1248,11 +1248,13 @@ def _step_advice(net, state) -> str:
     return advice if smaller is None else f"{smaller}; or: {advice[0].lower()}{advice[1:]}"
 
 
-def smaller_batches(net) -> str | None:
+def smaller_batches(net, anew: bool = True) -> str | None:
     """Why chains continued on smaller mini-batches than their warm-up measured may run hot or diverge, as the fix's
     first words (in the warning of a hot chain and the DivergenceError; a helper's user test:
     ``set_params(batch_size=4)`` before ``partial_fit`` ran the frozen step at kinetic temperature 1.4, and the
-    warning asked for a smaller step only); None when the batches are not smaller."""
+    warning asked for a smaller step only); None when the batches are not smaller. ``anew=False`` when the message
+    has already asked for a fit anew (the chains also continued on new data): the fit it asked for warms up at this
+    batch size too, said once."""
     plan = getattr(net, "plan_", None)
     n_data = getattr(net, "n_train_", None)
     if plan is None or n_data is None or net.batch_size is None:
@@ -1260,9 +1262,11 @@ def smaller_batches(net) -> str | None:
     now = resolve_batch_size(net.batch_size, int(n_data), net.sampler_.full_batch)
     if now >= min(plan.batch_size, int(n_data)):  # (the full data has no gradient noise)
         return None
+    fix = ("Fit anew (warm_start=False) to warm up at this batch size, or set batch_size back" if anew else
+           "The fit anew warms up at this batch size too; or set batch_size back")
     return (f"The chains continued on mini-batches of {now} rows (batch_size={net.batch_size!r}), smaller than the "
             f"{plan.batch_size} the warm-up measured the step size with: their gradient noise is larger than the step "
-            "allows for. Fit anew (warm_start=False) to warm up at this batch size, or set batch_size back")
+            f"allows for. {fix}")
 
 
 def user_stacklevel() -> int:
