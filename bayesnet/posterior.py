@@ -293,6 +293,15 @@ class ChainPosterior:
         ``(S,)``: :math:`\theta \cdot \nabla U(\theta) / D` per member (``D`` the numbers per member, every
         parameter counted), the configurational temperature, at the last gradient taken while
         :attr:`virial_wanted` (kept until the next such gradient). None before the first.
+    data_weight : Tensor or None
+        ``(S,)``: a weight :math:`\beta_s` on every member's data term, set through :meth:`set_data_weight` by a
+        sampler that tempers the likelihood only (:class:`~bayesnet.samplers.PTLangevin` with
+        ``tempered="likelihood"``): the potentials are then :math:`\beta_s U_D(\theta_s) + U_P(\theta_s)`, the
+        data term (with the likelihood's own parameters' prior) weighted and the network's prior not. None (the
+        default): :math:`U_D + U_P`.
+    data_value : Tensor or None
+        ``(S,)``: the unweighted data terms :math:`U_D` of the last evaluation made while :attr:`data_weight` was
+        set (what a swap of tempered replicas compares); None before.
 
     Raises
     ------
@@ -318,6 +327,8 @@ class ChainPosterior:
         self._log_prior = _LogPrior(likelihood)
         self.virial_wanted = False
         self.virial = None
+        self.data_weight = None
+        self.data_value = None
 
     @property
     def network_parameters(self) -> list[Tensor]:
@@ -347,11 +358,29 @@ class ChainPosterior:
         return _data_potential(self.likelihood, self.n_data, self.outputs(X), y,
                                self.parameters[len(self.net_names):])
 
+    def set_data_weight(self, weight: Tensor | None) -> None:
+        """Weight every member's data term by ``weight`` (shape ``(S,)``; None: unweighted) in the potentials that
+        follow (:attr:`data_weight`)."""
+        if weight is not None:
+            weight = torch.as_tensor(weight).detach().reshape(-1)
+            if weight.numel() != self.n_members:
+                raise ValueError(f"data_weight needs one weight per member ({self.n_members}), got {weight.numel()}.")
+        self.data_weight = weight
+
+    def _weighted(self, u_data: Tensor, log_prior: Tensor) -> Tensor:
+        """``w u_data - log_prior`` with :attr:`data_weight` ``w`` (recording :attr:`data_value`), or the plain sum."""
+        w = self.__dict__.get("data_weight")
+        if w is None:
+            return u_data - log_prior
+        self.data_value = u_data.detach()
+        return w.to(u_data.dtype) * u_data - log_prior
+
     def value(self, batch: tuple[Tensor, Tensor]) -> Tensor:
-        """The ``S`` mini-batch potentials, shape ``(S,)`` (differentiable)."""
+        """The ``S`` mini-batch potentials, shape ``(S,)`` (differentiable; the data terms weighted by
+        :attr:`data_weight` where set)."""
         X, y = batch
         if self._batched_terms():
-            return self._data_term(X, y) - self.prior.log_prob_chains(self.network_parameters)
+            return self._weighted(self._data_term(X, y), self.prior.log_prob_chains(self.network_parameters))
         out = self.outputs(X)
         lik_params = self.parameters[len(self.net_names):]
         lik_names, prior = self.lik_names, self.prior
@@ -361,9 +390,10 @@ class ChainPosterior:
             log_lik = torch.func.functional_call(self.likelihood, lik, (o, y))
             log_prior_phi = torch.func.functional_call(self._log_prior, {f"likelihood.{k}": v for k, v in lik.items()},
                                                        ())
-            return -(self.n_data / y.shape[0]) * log_lik - prior.log_prob(list(net_ps)) - log_prior_phi
+            return -(self.n_data / y.shape[0]) * log_lik - log_prior_phi, prior.log_prob(list(net_ps))
 
-        return torch.func.vmap(rest)(self.network_parameters, lik_params, out)
+        u_data, log_prior = torch.func.vmap(rest)(self.network_parameters, lik_params, out)
+        return self._weighted(u_data, log_prior)
 
     def value_and_grad(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, list[Tensor]]:
         """``((S,) potentials, gradients shaped like parameters)``: every member's own gradient."""
@@ -382,7 +412,10 @@ class ChainPosterior:
         with torch.no_grad():
             both = getattr(self.prior, "log_prob_and_grad_chains", None)  # (the value from the gradient)
             log_prior, prior_grads = both(net) if both is not None else (self.prior.log_prob_chains(net), prior_grad(net))
-            u = u_data - log_prior
+            w = self.__dict__.get("data_weight")
+            if w is not None:  # every member's data gradient weighted by its own weight
+                torch._foreach_mul_(grads, [w.to(g.dtype).reshape((-1,) + (1,) * (g.ndim - 1)) for g in grads])
+            u = self._weighted(u_data, log_prior)
             torch._foreach_sub_(grads[: len(net)], prior_grads)
         self._record_virial(grads)
         return u, grads
@@ -445,6 +478,14 @@ class ChainPosterior:
             return u + 0.5 * quad - offset
 
         return potentials
+
+    def permute_members(self, index: Tensor) -> None:
+        """The members' positions were permuted (``new[s] = old[index[s]]``, a replica exchange): permute the
+        prior's own per-member state with them (its ``permute_members``, e.g.
+        :meth:`~bayesnet.priors.HierarchicalPrior.permute_members`; nothing for a prior without)."""
+        permute = getattr(self.prior, "permute_members", None)
+        if permute is not None:
+            permute(index)
 
     def prior_form(self) -> tuple[list[Tensor], Tensor]:
         """The prior's current ``(factors, offset)`` (:meth:`functional`'s last arguments)."""

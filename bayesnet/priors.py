@@ -206,7 +206,9 @@ class HierarchicalPrior(FanInPrior):
     Only at temperature 1: tempered, the joint :math:`p(\theta, \tau)^{1/T}` of a layer with many weights
     is improper above :math:`T = 1` (its density grows with the layer's norm) and, below, draws every layer
     towards zero (its mode in :math:`|\theta_k|^2` is :math:`2bT/(1-T)`); the estimators refuse it with a
-    sampler that tempers.
+    sampler that tempers the prior. A sampler that tempers the likelihood only, :math:`p(y \mid \theta)^{1/T}
+    p(\theta \mid \tau) p(\tau)` (:class:`~bayesnet.samplers.PTLangevin` with ``tempered="likelihood"``), keeps
+    it proper at every temperature, and the Gibbs step's conditional is then the same at every rung.
 
     Parameters
     ----------
@@ -443,6 +445,13 @@ class HierarchicalPrior(FanInPrior):
         tau[:, cols] = torch.where(accept.unsqueeze(1), tau[:, cols] * torch.exp(-2.0 * s).unsqueeze(1), tau[:, cols])
         self.precision = tau
 
+    def permute_members(self, index: Tensor) -> None:
+        """The members' positions were exchanged, ``new[s] = old[index[s]]`` (a replica exchange of
+        :class:`~bayesnet.samplers.PTLangevin` with ``tempered="likelihood"``): each member's :math:`\tau` goes
+        with its position."""
+        if self.precision is not None:
+            self.precision = self.precision[index.to(self.precision.device)]
+
     @torch.no_grad()
     def gibbs_update(self, parameters: Sequence[Tensor], rng, changes: bool = True):
         r"""Draw every member's :math:`\tau` from its conditional (class docstring). The samplers call it every
@@ -508,8 +517,12 @@ PRIOR_NAMES = {"fan_in": FanInPrior, "hierarchical": HierarchicalPrior}
 
 
 def tempers(sampler) -> bool:
-    """Whether ``sampler`` samples at any temperature other than 1 (its ``temperature_range``)."""
-    return sampler is not None and tuple(float(t) for t in sampler.temperature_range()) != (1.0, 1.0)
+    """Whether ``sampler`` samples the prior at any temperature other than 1: its ``prior_temperature_range``
+    (a sampler that tempers the likelihood only samples the prior at 1), else its ``temperature_range``."""
+    if sampler is None:
+        return False
+    span = getattr(sampler, "prior_temperature_range", None) or sampler.temperature_range
+    return tuple(float(t) for t in span()) != (1.0, 1.0)
 
 
 def make_prior(prior: "float | str | object", sampler=None, likelihood=None):
@@ -517,16 +530,17 @@ def make_prior(prior: "float | str | object", sampler=None, likelihood=None):
 
     A float is :class:`GaussianPrior` (that sd on every weight); "fan_in" is :class:`FanInPrior`;
     "hierarchical" is :class:`HierarchicalPrior`; "auto" is "hierarchical" for a ``sampler`` that samples
-    at temperature 1 throughout and, for one that tempers (a tempered hierarchical prior is improper above
-    temperature 1), the fan-in prior at the ``likelihood``'s ``fan_in_gain`` (2 for the categorical
+    the prior at temperature 1 throughout (:func:`tempers`: one that tempers the likelihood only does) and, for
+    one that tempers it (a tempered hierarchical prior is improper above temperature 1), the fan-in prior at the ``likelihood``'s ``fan_in_gain`` (2 for the categorical
     likelihood's logits, 1 for standardised regression targets and without a likelihood). An object with
     ``log_prob`` is copied (a fit's own: a prior may keep per-chain state).
 
     Raises
     ------
     ValueError
-        If a float is not finite and positive, a string is not one of the names, or "hierarchical" is asked
-        of a sampler that tempers.
+        If a float is not finite and positive, a string is not one of the names, "hierarchical" is asked
+        of a sampler that tempers the prior, or a prior with hyperparameters (``gibbs_update``) has no
+        ``permute_members`` under a sampler that exchanges its members' positions (``exchanges_members``).
     TypeError
         If ``prior`` is none of these.
     """
@@ -548,8 +562,16 @@ def make_prior(prior: "float | str | object", sampler=None, likelihood=None):
                         f"with log_prob(), got {prior!r}.")
     if hasattr(prior, "gibbs_update") and tempers(sampler):
         low, high = sampler.temperature_range()
+        own = " (or sampler__tempered='likelihood', which leaves the prior untempered)" if "tempered" in getattr(
+            sampler, "_parameter_constraints", {}) else ""
         raise ValueError(f"a hierarchical prior needs the sampler at temperature 1 throughout; {sampler.name} samples "
                          f"at temperatures {low:g} to {high:g} (a tempered hierarchical prior is improper above 1 and "
                          "shrinks every layer below). Use prior_scale='auto', 'fan_in' or a number, or an "
-                         "untempered sampler.")
+                         f"untempered sampler{own}.")
+    if hasattr(prior, "gibbs_update") and getattr(sampler, "exchanges_members", False) and getattr(
+            prior, "permute_members", None) is None:
+        raise ValueError(f"{sampler.name} exchanges positions between its replicas, and the prior "
+                         f"{type(prior).__name__} keeps hyperparameters per member without a permute_members(index) "
+                         "to exchange them with the positions. Give the prior that method, or use a prior without "
+                         "hyperparameters.")
     return prior

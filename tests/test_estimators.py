@@ -1157,6 +1157,7 @@ def test_a_target_varying_below_float64s_squares_keeps_a_scale():
     ("tacthmc", {"sampler__n_bins": 10}),
     ("tacthmc", {"sampler__wall": 1.0}),
     ("pt-langevin", {"sampler__max_temperature": 2.0}),
+    ("pt-langevin", {"sampler__tempered": "likelihood"}),
 ])
 def test_a_continued_fit_refuses_a_setting_the_state_is_built_on(cancer, sampler, change):
     """Before: a new preconditioner was reported by the sampler (preconditioner_mode) while the chains kept the
@@ -1180,6 +1181,31 @@ def test_a_continued_fit_refuses_a_setting_the_state_is_built_on(cancer, sampler
         clf.set_params(**{name: getattr(type(clf.sampler_)(), name.removeprefix("sampler__"))})  # the default
         clf.partial_fit(Xtr[:200], ytr[:200])  # back to the value the chains were started with: they continue
         assert int(clf.sampler_state_.step) > before[1]
+
+
+def test_pt_langevin_tempering_the_likelihood_fits_with_the_hierarchical_prior(cancer, tmp_path):
+    """``sampler__tempered="likelihood"`` leaves the prior untempered: "auto" is the hierarchical prior, whose
+    precisions the swaps exchange with the positions; the classifier fits, predicts finite probabilities, records
+    swaps, and its model file loads back with the same predictions and setting."""
+    import bayesnet
+    from bayesnet.priors import HierarchicalPrior
+
+    Xtr, Xte, ytr, _ = cancer
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, thinning=4, random_state=0, sampler="pt-langevin",
+              sampler__n_replicas=3, sampler__swap_interval=5, batch_size=-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = BayesianMLPClassifier(**kw, sampler__tempered="likelihood").fit(Xtr[:200], ytr[:200])
+    assert type(clf.prior_) is HierarchicalPrior and clf.prior_.precision.shape[0] == 3
+    assert clf.fit_status_["status"] == "complete" and int(clf.sampler_state_.swap_attempts.sum()) > 0
+    proba = clf.predict_proba(Xte)
+    assert np.isfinite(proba).all()
+    clf.save(tmp_path / "m.bayesnet")
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    assert loaded.get_params()["sampler__tempered"] == "likelihood"
+    np.testing.assert_allclose(loaded.predict_proba(Xte), proba)
+    with pytest.raises(ValueError, match="tempered='likelihood'"):
+        BayesianMLPClassifier(**kw, prior_scale="hierarchical").fit(Xtr[:200], ytr[:200])
 
 
 def test_a_continued_fit_takes_another_name_for_the_same_state_and_refuses_before_any_group_changes(cancer):

@@ -307,6 +307,28 @@ def test_prior_scale_resolution():
     assert make_prior(mine, make_sampler("sgld")) is not mine
 
 
+def test_a_sampler_that_tempers_the_likelihood_only_takes_the_hierarchical_prior():
+    """pt-langevin with ``tempered="likelihood"`` samples the prior at temperature 1: "auto" is the hierarchical
+    prior and "hierarchical" is allowed; a prior with hyperparameters but no way to exchange them with the positions
+    is refused (a swap would leave them behind); the paper's mode's refusal names the setting."""
+    likelihood = make_sampler("pt-langevin", tempered="likelihood")
+    assert likelihood.prior_temperature_range() == (1.0, 1.0) and likelihood.temperature_range() == (1.0, 5.0)
+    assert type(make_prior("auto", likelihood)) is HierarchicalPrior
+    assert type(make_prior("hierarchical", likelihood)) is HierarchicalPrior
+    with pytest.raises(ValueError, match="tempered='likelihood'"):
+        make_prior("hierarchical", make_sampler("pt-langevin"))
+
+    class NoExchange(HierarchicalPrior):
+        permute_members = None
+
+    with pytest.raises(ValueError, match="permute_members"):
+        make_prior(NoExchange(), likelihood)
+    prior = HierarchicalPrior()
+    prior.precision = torch.arange(6.0, dtype=torch.float64).reshape(3, 2)
+    prior.permute_members(torch.tensor([2, 0, 1]))
+    assert prior.precision[:, 0].tolist() == [4.0, 0.0, 2.0]
+
+
 def test_invalid_prior_hyperparameters_are_refused():
     for kwargs in (dict(gain=0.0), dict(bias_scale=float("nan")), dict(precision_shape=0.5),
                    dict(precision_rate=-1.0), dict(gibbs_interval=0)):

@@ -440,3 +440,153 @@ def test_replicas_above_temperature_one_do_not_make_a_fit_short():
     assert est.fit_status_["draws_wanted"] == 20 and est.fit_status_["draws_kept"] == kept.sum() > 20
     assert not any("draws were kept per chain" in str(w.message) for w in caught
                    if issubclass(w.category, ConvergenceWarning))
+
+
+# --------------------------------------------------------------------------- #
+# tempered="likelihood": the data term tempered, the prior not
+# --------------------------------------------------------------------------- #
+class _KnownNoise(torch.nn.Module):
+    """Gaussian rows of known sd, with the batched forms a :class:`ChainPosterior` takes (no parameters)."""
+
+    def __init__(self, sd):
+        super().__init__()
+        self.sd = sd
+
+    def forward(self, out, y):
+        return (-0.5 * ((out.squeeze(-1) - y) / self.sd) ** 2).sum()
+
+    def log_prior(self):
+        return torch.zeros(())
+
+    def log_likelihood_chains(self, mean, y, parameters):
+        return (-0.5 * ((mean.squeeze(-1) - y) / self.sd) ** 2).sum(1)
+
+    def log_prior_chains(self, parameters):
+        return 0.0
+
+
+def _linear_posterior(prior, n_rows, members, bias=True, seed=0):
+    """A line through ``n_rows`` points (noise sd 1) as a :class:`ChainPosterior` of ``members`` members started at
+    random; returns it, the full batch and the design matrix (with a column of ones for the bias)."""
+    from bayesnet.posterior import ChainPosterior
+
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n_rows, 1, generator=g, dtype=torch.float64)
+    y = 0.8 * X[:, 0] - 0.3 + torch.randn(n_rows, generator=g, dtype=torch.float64)
+    start = [[torch.randn(1, 1, generator=g, dtype=torch.float64)]
+             + ([torch.randn(1, generator=g, dtype=torch.float64)] if bias else []) for _ in range(members)]
+    post = ChainPosterior(torch.nn.Linear(1, 1, bias=bias).double(), _KnownNoise(1.0), prior, n_rows, start)
+    A = torch.cat([X, torch.ones(n_rows, 1, dtype=torch.float64)], 1) if bias else X
+    return post, (X, y), A
+
+
+def _slot_draws(sampler, post, batch, n_chains, n_steps, burn_in, thinning=5):
+    """Every ladder slot's positions, (replica, chain, draw, dim), stepping on the full ``batch``."""
+    R = sampler.n_replicas
+    state = sampler.init(post.parameters, torch.Generator().manual_seed(1), n_chains=n_chains)
+    kept = []
+    for k in range(1, n_steps + 1):
+        state, info = sampler.step(state, post, batch)
+        if k > burn_in and k % thinning == 0:
+            kept.append(torch.cat([p.detach().reshape(n_chains, R, -1) for p in post.parameters], 2).numpy().copy())
+    return np.stack(kept, 2).transpose(1, 0, 2, 3), state
+
+
+def test_tempering_the_likelihood_only_samples_each_slots_own_target_exactly():
+    """With ``tempered="likelihood"`` slot m targets ``p(y|theta)^beta_m p(theta)``: for a line with known noise and
+    a Gaussian prior of sd 0.5, a Gaussian of precision ``beta_m A'A + 4 I`` and mean ``beta_m cov A'y``. Every slot
+    matches it within Monte Carlo error (the swaps compare the data terms). Power: the hot slots are far from the
+    whole posterior tempered (the paper's mode, covariance ``T_m`` times the posterior's), which the same test
+    refuses; and the paper's mode on the same data matches that one."""
+    from bayesnet.priors import GaussianPrior
+
+    C, R = 128, 4
+    for mode in ("likelihood", "posterior"):
+        s = make_sampler("pt-langevin", n_replicas=R, max_temperature=4.0, swap_interval=5, step_size=0.25,
+                         tempered=mode, n_steps=None)
+        post, batch, A = _linear_posterior(GaussianPrior(0.5), 20, C * R)
+        draws, state = _slot_draws(s, post, batch, C, 2500, burn_in=500)
+        for m, T in enumerate(s.temperatures.tolist()):
+            beta = 1.0 / T
+            prior_precision = 4.0 * torch.eye(2, dtype=torch.float64)
+            untempered = torch.linalg.inv(A.T @ A + prior_precision)
+            own = torch.linalg.inv(beta * A.T @ A + prior_precision)
+            targets = {"likelihood": (own @ (beta * A.T @ batch[1]), own),
+                       "posterior": (untempered @ (A.T @ batch[1]), T * untempered)}
+            mean, cov = targets[mode]
+            err = moment_errors(draws[m], mean.numpy(), cov.numpy())
+            print(mode, "slot", m, "T", round(T, 3), {k: round(float(v), 4) for k, v in err.items()})
+            assert err["ess"] > 1000
+            assert err["mean_err"] <= err["mean_tol"] and err["cov_err"] <= err["cov_tol"]
+            if m > 0:  # power: the other mode's target is refused for every hot slot
+                other_mean, other_cov = targets["posterior" if mode == "likelihood" else "likelihood"]
+                wrong = moment_errors(draws[m], other_mean.numpy(), other_cov.numpy())
+                assert wrong["mean_err"] > wrong["mean_tol"] or wrong["cov_err"] > wrong["cov_tol"]
+        swap = s.swap_rates(state).mean(0)
+        assert bool((swap > 0.2).all()), swap
+
+
+def _t2_line_moments(X, y, beta):
+    """Mean and variance of ``p(y|w)^beta (1 + w^2/2)^(-3/2)`` (unit noise sd): the line through the origin under
+    the hierarchical prior ``w | tau ~ N(0, 1/tau)``, ``tau ~ Gamma(1, 1)``, tau integrated out; by quadrature."""
+    w = np.linspace(-8.0, 8.0, 160001)
+    x, t = X[:, 0].numpy(), y.numpy()
+    log_p = -0.5 * beta * ((t[None, :] - w[:, None] * x[None, :]) ** 2).sum(1) - 1.5 * np.log1p(w * w / 2.0)
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    mean = float((w * p).sum())
+    return mean, float(((w - mean) ** 2 * p).sum())
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_tempering_the_likelihood_exchanges_the_hierarchical_precisions_with_the_positions(exchange, monkeypatch):
+    """The hierarchical prior with ``tempered="likelihood"``: slot m targets ``p(y|w)^beta_m p(w|tau) p(tau)``, whose
+    marginal in ``w`` is known by quadrature (a line through the origin, five points). The Gibbs steps of ``tau``
+    are the same at every rung; a swap must move each member's ``tau`` with its position. Every slot matches its
+    marginal; power: with the precisions left behind on a swap (``permute_members`` a no-op) the slots do not."""
+    from bayesnet.priors import HierarchicalPrior
+
+    if not exchange:
+        monkeypatch.setattr(HierarchicalPrior, "permute_members", lambda self, index: None)
+    C, R = 128, 4
+    s = make_sampler("pt-langevin", n_replicas=R, max_temperature=8.0, swap_interval=1, step_size=0.6,
+                     tempered="likelihood", n_steps=None)
+    post, batch, _ = _linear_posterior(HierarchicalPrior(gibbs_interval=25), 5, C * R, bias=False, seed=3)
+    draws, state = _slot_draws(s, post, batch, C, 3000, burn_in=500)
+    failed = []
+    for m, T in enumerate(s.temperatures.tolist()):
+        mean, var = _t2_line_moments(*batch, 1.0 / T)
+        err = moment_errors(draws[m], np.array([mean]), np.array([[var]]))
+        print("exchange", exchange, "slot", m, "T", round(T, 3), {k: round(float(v), 4) for k, v in err.items()})
+        assert err["ess"] > 1000
+        failed.append(err["mean_err"] > err["mean_tol"] or err["cov_err"] > err["cov_tol"])
+    assert bool((s.swap_rates(state).mean(0) > 0.2).all())
+    assert not any(failed) if exchange else any(failed)
+
+
+def test_tempering_the_likelihood_reports_the_untempered_potential_and_needs_a_chain_posterior():
+    """The step reports every member's untempered potential ``U_D + U_P`` (the divergence monitor and the warm-up
+    compare it across members), whatever slot it sits in; the weights hold for the kernel's own evaluations only
+    (after a step the posterior is unweighted again); a potential without per-member weights is a clear error; the
+    gradient is not compiled, and the decision says why."""
+    from bayesnet.priors import GaussianPrior
+    from bayesnet.samplers.compiled import compile_decision
+
+    C, R = 3, 4
+    s = make_sampler("pt-langevin", n_replicas=R, max_temperature=4.0, swap_interval=2, step_size=0.25,
+                     tempered="likelihood", n_steps=None)
+    post, batch, _ = _linear_posterior(GaussianPrior(0.5), 20, C * R)
+    state = s.init(post.parameters, torch.Generator().manual_seed(0), n_chains=C)
+    for _ in range(7):
+        state, info = s.step(state, post, batch)
+        assert post.data_weight is None
+        torch.testing.assert_close(info.potential, post.value(batch).detach())
+    assert int(state.swap_attempts.sum()) > 0
+    with pytest.raises(ValueError, match="set_data_weight"):
+        s.step(s.init(correlated_gaussian(R, per_chain=True).potential.parameters, 0, n_chains=1),
+               correlated_gaussian(R, per_chain=True).potential, None)
+    with pytest.raises(ValueError, match="one weight per member"):
+        post.set_data_weight(torch.ones(5))
+    ok, why, _ = compile_decision(True, s, post, 10**6)
+    assert not ok and "tempered='likelihood'" in why
+    assert compile_decision(True, make_sampler("pt-langevin"), post, 10**6)[0]

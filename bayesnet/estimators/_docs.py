@@ -91,8 +91,10 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         with ``n_in`` its layer's fan-in
         (``HierarchicalPrior(input_relevance=False)`` gives the input layer
         one precision). "fan_in": that prior at
-        ``tau = 1``. "auto" is "hierarchical" for a sampler at temperature 1
-        and, for a sampler that tempers (tacthmc, pt-langevin, or
+        ``tau = 1``. "auto" is "hierarchical" for a sampler that samples the
+        prior at temperature 1 (pt-langevin with
+        ``sampler__tempered="likelihood"`` too) and, for a sampler that
+        tempers the prior (tacthmc, pt-langevin, or
         ``sampler__temperature`` other than 1), where a hierarchical prior
         is improper, the fan-in prior at the likelihood's gain:
         ``FanInPrior(gain=2.0)`` for a classifier (wider logits; at gain 1
@@ -101,7 +103,7 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         weight and bias (the papers' prior); an object with
         ``log_prob(parameters)`` is used as given. An explicit choice always
         overrides "auto". Raises ValueError for "hierarchical" with a
-        sampler that tempers.
+        sampler that tempers the prior.
     standardize_inputs : bool, default=True
         Centre and scale each input feature by its mean and standard
         deviation over the training rows of the first fit (``input_mean_``,

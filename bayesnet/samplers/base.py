@@ -414,6 +414,13 @@ class Sampler(BaseEstimator):
         t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 1.0
         return t, t
 
+    def prior_temperature_range(self) -> tuple[float, float]:
+        """The lowest and highest temperature the prior is sampled at: :meth:`temperature_range` for a sampler
+        that tempers the whole posterior, ``(1, 1)`` for one that tempers the likelihood only. A prior with
+        hyperparameters (:class:`~bayesnet.priors.HierarchicalPrior`) is proper only at 1
+        (:func:`~bayesnet.priors.make_prior` reads this)."""
+        return self.temperature_range()
+
     def potential_changed(self, state: SamplerState, delta_value: Tensor, delta_grad: list[Tensor]) -> None:
         """The potential changed by ``delta_value`` (per member) and its gradient by ``delta_grad`` at the
         current positions (a Gibbs step on the prior's hyperparameters): samplers that cache either update

@@ -151,6 +151,9 @@ def compile_decision(setting, sampler, potential, steps_after_warmup: int, devic
         return False, "compile__disable=True (torch.compile compiles nothing)", options
     if not getattr(type(sampler), "compiles", False):
         return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)", options
+    refusal = getattr(sampler, "compile_refusal", lambda: None)()  # (a setting of the sampler's that does not compile)
+    if refusal:
+        return False, refusal, options
     module = getattr(potential, "module", None)
     if module is not None and not getattr(module, "compiles", True):
         return False, (f"the {type(module).__name__} network does not compile (its fused recurrent kernels are "

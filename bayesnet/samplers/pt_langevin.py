@@ -141,6 +141,17 @@ class PTLangevin(Sampler):
         gradients' and positions' spreads (:mod:`bayesnet.samplers.warmup`); None is
         the identity (the paper's proposals). "auto" is "diagonal" with
         ``step_size="auto"``, None when a step size is given.
+    tempered : {"posterior", "likelihood"}, default="posterior"
+        What the ladder tempers. "posterior" is the paper's :math:`\pi_m \propto p(\theta|D)^{\beta_m}`
+        (Sec. 3.3): the prior is tempered too, so a prior with hyperparameters (the hierarchical prior, improper
+        above :math:`T = 1`) cannot be used and ``prior_scale="auto"`` is the fan-in prior. "likelihood" tempers
+        the data term only, :math:`\pi_m \propto p(y|\theta)^{\beta_m} p(\theta|\tau) p(\tau)` (with a
+        regressor's noise-variance prior inside the tempered term), which is proper at every temperature: the
+        hierarchical prior's Gibbs step is the same at every rung, a swap compares the data terms,
+        :math:`\log a = (\beta_i - \beta_j)(U_{D,i} - U_{D,j})`, and exchanges :math:`\tau` with the positions,
+        and ``prior_scale="auto"`` is the hierarchical prior. Both leave replica 0 on the posterior. The
+        potential must then be a :class:`~bayesnet.posterior.ChainPosterior` (it weights the data term per
+        member); the gradient is not compiled (``compile`` runs it eagerly, and says so).
 
     Raises
     ------
@@ -218,7 +229,8 @@ class PTLangevin(Sampler):
 
     name = "pt-langevin"
     # the replicas' inverse temperatures are set in the state at the start: a continued chain keeps its ladder
-    state_settings = Sampler.state_settings + ("max_temperature",)
+    state_settings = Sampler.state_settings + ("max_temperature", "tempered")
+    exchanges_members = True  # (a prior that keeps hyperparameters per member must exchange them too: make_prior)
     full_batch = True  # the Metropolis-Hastings tests are exact only on the full-data potential
     stats = {**COMMON_STATS, "accepted": Stat("mean"), "accept_prob": Stat("mean", "acceptance_rate", "acceptance_rate"),
              "langevin": Stat("mean"), "temperature": Stat("mean"), "divergent": Stat("sum", "n_divergent", "diverging")}
@@ -235,6 +247,7 @@ class PTLangevin(Sampler):
         "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
         "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
+        "tempered": [StrOptions({"posterior", "likelihood"})],
     }
     fallback_step_size = 0.025
     member_potentials = True  # (its Metropolis tests and swaps read each member's potential)
@@ -246,7 +259,8 @@ class PTLangevin(Sampler):
     def __init__(self, n_replicas: int = 10, max_temperature: float = 5.0, swap_interval: int = 100,
                  langevin_prob: float = 0.5, step_size: float | str = "auto", langevin_step_size: float | str = "auto",
                  tempering_fraction: float = 0.6, n_steps: int | str | None = "auto",
-                 adaptation_steps: int | str = "auto", target_accept: float = 0.25, preconditioner: str | None = "auto"):
+                 adaptation_steps: int | str = "auto", target_accept: float = 0.25, preconditioner: str | None = "auto",
+                 tempered: str = "posterior"):
         self.n_replicas = n_replicas
         self.max_temperature = max_temperature
         self.swap_interval = swap_interval
@@ -258,6 +272,7 @@ class PTLangevin(Sampler):
         self.adaptation_steps = adaptation_steps
         self.target_accept = target_accept
         self.preconditioner = preconditioner
+        self.tempered = tempered
 
     def configure(self, plan) -> "PTLangevin":
         """Resolve ``n_steps="auto"`` to the plan's total steps (and, through it, ``adaptation_steps="auto"`` to
@@ -301,7 +316,17 @@ class PTLangevin(Sampler):
         state.log_step = torch.where(mask, state.log_step - math.log(2.0), state.log_step)
         state.grad_valid = state.grad_valid & ~mask
         if state.value is not None:
-            fresh = potential.value(batch).detach().reshape(mask.shape).to(state.value.dtype)
+            weighted = self.tempered == "likelihood" and state.cache_beta is not None
+            if weighted:  # (at the weights the cache was taken under)
+                potential.set_data_weight(state.cache_beta)
+            try:
+                fresh = potential.value(batch).detach().reshape(mask.shape).to(state.value.dtype)
+                if weighted:
+                    data = potential.data_value.reshape(mask.shape).to(state.value.dtype)
+                    state.data_value = torch.where(mask, data, state.data_value)
+            finally:
+                if weighted:
+                    potential.set_data_weight(None)
             state.value = torch.where(mask, fresh, state.value)
 
     def quota_members(self, layout: ChainLayout):
@@ -339,6 +364,18 @@ class PTLangevin(Sampler):
                 previous.n_replicas, previous.max_temperature):  # (one replica: the ladder is [1] whatever it says)
             del out["max_temperature"]
         return out
+
+    def prior_temperature_range(self) -> tuple[float, float]:
+        """``(1, 1)`` with ``tempered="likelihood"`` (the prior is not tempered), else :meth:`temperature_range`."""
+        return (1.0, 1.0) if self.tempered == "likelihood" else self.temperature_range()
+
+    def compile_refusal(self) -> str | None:
+        """Why the gradient is not compiled (None: it may be): the compiled potential has no per-member weight on
+        the data term."""
+        if self.tempered == "likelihood":
+            return ("pt-langevin with tempered='likelihood' weights every replica's data term, which its compiled "
+                    "gradient does not take")
+        return None
 
     def temperature_range(self) -> tuple[float, float]:
         # the ladder's ends (one replica: the ladder is [1], no tempering, whatever max_temperature says)
@@ -418,17 +455,53 @@ class PTLangevin(Sampler):
         state : PTLangevinState
             Advanced in place.
         info : StepInfo
-            ``potential`` (S,): U at each member's position after the step (and swap);
+            ``potential`` (S,): U at each member's position after the step (and swap), untempered;
             ``is_draw`` (S,) bool: the members at temperature 1 on this step.
         """
         self._check_state(state)
+        S = state.n_members
+        C = S // int(self.n_replicas)
+        first = state.position[0]
+        tempering = self.in_tempering_phase(state)
+        beta = state.beta.repeat(C) if tempering else torch.ones(S, dtype=first.dtype, device=first.device)
+        if self.tempered != "likelihood":
+            return self._advance(state, potential, batch, beta, beta)
+        weigh = getattr(potential, "set_data_weight", None)
+        if weigh is None:
+            raise ValueError(f"{self.name} with tempered='likelihood' needs a potential that weights its data term "
+                             f"per member (a ChainPosterior's set_data_weight); {type(potential).__name__} has none. "
+                             "Use tempered='posterior'.")
+        self._rebase_cache(state, beta)
+        weigh(beta)
+        try:  # (the weights hold for the kernel's own evaluations only: the warm-up's measurements see U)
+            return self._advance(state, potential, batch, beta, torch.ones_like(beta))
+        finally:
+            weigh(None)
+
+    @staticmethod
+    def _rebase_cache(state: PTLangevinState, beta: Tensor) -> None:
+        """``tempered="likelihood"``: bring the cached potentials to the data weights ``beta`` now in force (a
+        swap moved them with their positions; the tempering phase ended), ``beta U_D + U_P`` from the cached data
+        term; the cached gradients of the members whose weight changed are taken anew."""
+        if state.value is None or state.data_value is None or state.cache_beta is None:
+            state.value, state.grad_valid = None, torch.zeros_like(state.grad_valid)
+        else:
+            change = beta - state.cache_beta
+            state.value = state.value + change * state.data_value
+            state.grad_valid = state.grad_valid & (change == 0)
+        state.cache_beta = beta.clone()
+
+    def _advance(self, state: PTLangevinState, potential: Potential, batch: Any, beta: Tensor,
+                 kernel_beta: Tensor) -> tuple[PTLangevinState, StepInfo]:
+        """:meth:`_step` at the ladder's ``beta`` (S,), the kernel's own tests and drift at ``kernel_beta``:
+        ``beta`` itself when the whole posterior is tempered, ones when the potential weights the data term."""
         R = int(self.n_replicas)
         S = state.n_members
         C = S // R
         theta = self._members(state)
         device, dtype = theta[0].device, theta[0].dtype
         tempering = self.in_tempering_phase(state)
-        beta = state.beta.repeat(C) if tempering else torch.ones(S, dtype=dtype, device=device)
+        weighted = self.tempered == "likelihood"
         if self.n_adaptation_steps == 0 and self.step_size != "auto":  # the paper's one step size
             state.log_step = torch.full((S,), math.log(float(self.step_size)), dtype=dtype, device=device)
         log_step = state.log_step if tempering else state.log_step.view(C, R)[:, :1].expand(C, R).reshape(S)
@@ -450,6 +523,9 @@ class PTLangevin(Sampler):
             u, g = potential.value_and_grad(batch)
             u = u.detach().reshape(S).to(dtype)
             g = [gk.detach().reshape(S, -1).to(dtype) for gk in g]
+            if weighted:
+                data = potential.data_value.reshape(S).to(dtype)
+                state.data_value = data if state.value is None else torch.where(stale, data, state.data_value)
             state.value = u if state.value is None else torch.where(stale, u, state.value)
             if state.grad is None:
                 state.grad = g
@@ -458,11 +534,14 @@ class PTLangevin(Sampler):
             state.grad_valid = state.grad_valid | stale
         elif state.value is None:
             state.value = potential.value(batch).detach().reshape(S).to(dtype)
+            if weighted:
+                state.data_value = potential.data_value.reshape(S).to(dtype)
         u_old, g_old = state.value, state.grad
 
         start = [t.clone() for t in theta]
         noise = gaussian_like(theta, state.rng, state.layout if state.batched else ChainLayout(1, R))
-        drift = torch.where(langevin.unsqueeze(1), r * beta.unsqueeze(1), torch.zeros_like(r))  # (S, 1): r beta_m or 0
+        # (S, 1): r beta_m or 0 (r with the data term weighted in the potential)
+        drift = torch.where(langevin.unsqueeze(1), r * kernel_beta.unsqueeze(1), torch.zeros_like(r))
         m, sqrt_m = self._mass(state, theta)
         for t, n, k in zip(theta, noise, range(len(theta))):
             if any_langevin:
@@ -476,7 +555,8 @@ class PTLangevin(Sampler):
         else:
             u_new, g_new = potential.value(batch), None
         u_new = u_new.detach().reshape(S).to(dtype)
-        log_alpha = -beta * (u_new - u_old)
+        data_new = potential.data_value.reshape(S).to(dtype) if weighted else None
+        log_alpha = -kernel_beta * (u_new - u_old)
         if any_langevin:
             ratio = self._log_proposal_ratio(start, theta, noise, g_new, drift, sigma, m)
             log_alpha = log_alpha + torch.where(langevin, ratio, torch.zeros_like(ratio))
@@ -490,6 +570,8 @@ class PTLangevin(Sampler):
         for t, s in zip(theta, start):
             t.copy_(torch.where(keep, t, s))
         state.value = torch.where(accept, u_new, u_old)
+        if weighted:
+            state.data_value = torch.where(accept, data_new, state.data_value)
         if g_new is not None:
             if g_old is None:
                 g_old = [torch.zeros_like(t) for t in theta]
@@ -507,7 +589,7 @@ class PTLangevin(Sampler):
         # Step 2: replica exchange on the ladder
         extra = {}
         if tempering and R > 1 and state.step % self.swap_interval == 0:
-            self._swap(state)
+            self._swap(state, potential)
         extra.update({
             "accepted": accept.to(dtype),
             "accept_prob": log_alpha.clamp(max=0.0).exp(),
@@ -516,7 +598,8 @@ class PTLangevin(Sampler):
             "divergent": (~torch.isfinite(u_new)).to(dtype),
         })
         is_draw = state.cold.clone() if tempering else torch.ones(S, dtype=torch.bool, device=device)
-        value = state.value.clone()
+        # the untempered U of every member (with the data term weighted in the cache: beta U_D + U_P + (1 - beta) U_D)
+        value = state.value + (1.0 - state.cache_beta) * state.data_value if weighted else state.value.clone()
         if not state.batched:  # one replica, no chain axis
             return state, StepInfo(potential=value.reshape(()), is_draw=True,
                                    extra={k: v.reshape(()) for k, v in extra.items()})
@@ -565,9 +648,14 @@ class PTLangevin(Sampler):
                        for s, p, g, mk in zip(start, proposal, grad_new, m))
         return forward - backward / (2.0 * sigma * sigma).squeeze(1)
 
-    def _swap(self, state: PTLangevinState) -> Tensor:
-        """One swap event (:func:`~bayesnet.samplers.tempering.swap_neighbours`)."""
-        return swap_neighbours(state, int(self.n_replicas), self._members(state))
+    def _swap(self, state: PTLangevinState, potential: Potential | None = None) -> Tensor:
+        """One swap event (:func:`~bayesnet.samplers.tempering.swap_neighbours`): on the potentials, or with
+        ``tempered="likelihood"`` on the data terms, the prior's per-member hyperparameters exchanged with the
+        positions (``potential.permute_members``)."""
+        if self.tempered != "likelihood":
+            return swap_neighbours(state, int(self.n_replicas), self._members(state))
+        return swap_neighbours(state, int(self.n_replicas), self._members(state), energy=state.data_value,
+                               permuted=getattr(potential, "permute_members", None))
 
     def reset_cache(self, state: PTLangevinState) -> None:
         """Drop the cached potentials and gradients: the next step re-evaluates them on its own batch (so a

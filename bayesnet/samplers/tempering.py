@@ -25,9 +25,16 @@ class PTLangevinState(SamplerState):
     cold : Tensor of bool, shape (S,)
         Replica 0 (temperature 1) of every chain.
     value : Tensor, shape (S,), or None
-        ``U`` at the current positions, once evaluated.
+        ``U`` at the current positions, once evaluated; with ``tempered="likelihood"`` the member's own potential
+        ``beta U_D + U_P`` at the ``cache_beta`` it was taken under.
     grad : list of Tensor, each (S, n_k), or None
-        ``grad U`` at the current positions, valid where ``grad_valid``.
+        ``grad U`` at the current positions (of ``value``'s potential), valid where ``grad_valid``.
+    data_value : Tensor, shape (S,), or None
+        With ``tempered="likelihood"``: the unweighted data term ``U_D`` at the current positions (what a swap
+        compares).
+    cache_beta : Tensor, shape (S,), or None
+        With ``tempered="likelihood"``: the data weight ``value`` and ``grad`` were taken under (it travels with the
+        position on a swap; the next step brings the cache to its slot's weight).
     grad_valid : Tensor of bool, shape (S,)
     mh_attempts, mh_accepts : Tensor of int64, shape (C, R)
         Metropolis-Hastings counts per ladder slot.
@@ -51,6 +58,8 @@ class PTLangevinState(SamplerState):
     batched: bool
     value: Tensor | None = None
     grad: list[Tensor] | None = None
+    data_value: Tensor | None = None
+    cache_beta: Tensor | None = None
     swap_events: int = 0
 
     @property
@@ -88,10 +97,16 @@ def swap_log_acceptance(beta_i: Tensor, beta_j: Tensor, u_i: Tensor, u_j: Tensor
     return torch.where(torch.isfinite(log_a), log_a, torch.full_like(log_a, -math.inf))
 
 
-def swap_neighbours(state: PTLangevinState, n_replicas: int, members: list) -> Tensor:
+def swap_neighbours(state: PTLangevinState, n_replicas: int, members: list, energy: Tensor | None = None,
+                    permuted=None) -> Tensor:
     """One swap event (Chandra et al. 2019 Algorithm 1 Step 2) on the even or odd neighbour pairs of every
     chain's ladder, ``members`` the position tensors ``(S, ...)``; returns the accepted fraction per chain, shape
-    ``(C,)``. Each chain's uniforms come from its own stream."""
+    ``(C,)``. Each chain's uniforms come from its own stream.
+
+    ``energy`` (S,) is what the inverse temperatures multiply in the members' targets: the potential ``U``
+    (``state.value``, the default) when the whole posterior is tempered, the data term ``U_D`` when the likelihood
+    only is. The positions and every per-member cache move together; ``permuted(index)``, when given, is called
+    with the permutation (``new[s] = old[index[s]]``) for state kept outside (the prior's hyperparameters)."""
     R = int(n_replicas)
     S = state.n_members
     C = S // R
@@ -102,7 +117,7 @@ def swap_neighbours(state: PTLangevinState, n_replicas: int, members: list) -> T
     lower = torch.arange(parity, R - 1, 2, device=device)  # (P,) first replica of each pair
     upper = lower + 1
     beta = state.beta
-    u = state.value.view(C, R)
+    u = (state.value if energy is None else energy).view(C, R)
     log_a = swap_log_acceptance(beta[lower], beta[upper], u[:, lower], u[:, upper])  # (C, P)
     log_v = torch.log(state.rng.uniform(len(lower), dtype))  # (C, P), each chain from its own stream
     accept = log_v < log_a
@@ -116,6 +131,12 @@ def swap_neighbours(state: PTLangevinState, n_replicas: int, members: list) -> T
     if state.grad is not None:
         state.grad = [g[index] for g in state.grad]
     state.grad_valid = state.grad_valid[index]
+    if state.data_value is not None:
+        state.data_value = state.data_value[index]
+    if state.cache_beta is not None:
+        state.cache_beta = state.cache_beta[index]
+    if permuted is not None:
+        permuted(index)
     state.swap_attempts[:, lower] += 1
     state.swap_accepts[:, lower] += accept
     return accept.to(dtype).mean(1)
