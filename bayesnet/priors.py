@@ -207,8 +207,9 @@ class HierarchicalPrior(FanInPrior):
     is improper above :math:`T = 1` (its density grows with the layer's norm) and, below, draws every layer
     towards zero (its mode in :math:`|\theta_k|^2` is :math:`2bT/(1-T)`); the estimators refuse it with a
     sampler that tempers the prior. A sampler that tempers the likelihood only, :math:`p(y \mid \theta)^{1/T}
-    p(\theta \mid \tau) p(\tau)` (:class:`~bayesnet.samplers.PTLangevin` with ``tempered="likelihood"``), keeps
-    it proper at every temperature, and the Gibbs step's conditional is then the same at every rung.
+    p(\theta \mid \tau) p(\tau)` (:class:`~bayesnet.samplers.PTLangevin` with ``tempered="likelihood"``; a
+    regressor's noise-variance prior is tempered with its likelihood), keeps it proper at every temperature, and
+    the Gibbs step's conditional is then the same at every rung.
 
     Parameters
     ----------
@@ -562,8 +563,8 @@ def make_prior(prior: "float | str | object", sampler=None, likelihood=None):
                         f"with log_prob(), got {prior!r}.")
     if hasattr(prior, "gibbs_update") and tempers(sampler):
         low, high = sampler.temperature_range()
-        own = " (or sampler__tempered='likelihood', which leaves the prior untempered)" if "tempered" in getattr(
-            sampler, "_parameter_constraints", {}) else ""
+        hint = getattr(sampler, "untempered_prior_hint", lambda: None)()
+        own = f" (or {hint})" if hint else ""
         raise ValueError(f"a hierarchical prior needs the sampler at temperature 1 throughout; {sampler.name} samples "
                          f"at temperatures {low:g} to {high:g} (a tempered hierarchical prior is improper above 1 and "
                          "shrinks every layer below). Use prior_scale='auto', 'fan_in' or a number, or an "

@@ -414,6 +414,11 @@ class Sampler(BaseEstimator):
         t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 1.0
         return t, t
 
+    def untempered_prior_hint(self) -> str | None:
+        """A setting of this sampler that would sample the prior at temperature 1 (named in the message that refuses
+        a hierarchical prior), or None."""
+        return None
+
     def prior_temperature_range(self) -> tuple[float, float]:
         """The lowest and highest temperature the prior is sampled at: :meth:`temperature_range` for a sampler
         that tempers the whole posterior, ``(1, 1)`` for one that tempers the likelihood only. A prior with

@@ -149,9 +149,12 @@ class PTLangevin(Sampler):
         regressor's noise-variance prior inside the tempered term), which is proper at every temperature: the
         hierarchical prior's Gibbs step is the same at every rung, a swap compares the data terms,
         :math:`\log a = (\beta_i - \beta_j)(U_{D,i} - U_{D,j})`, and exchanges :math:`\tau` with the positions,
-        and ``prior_scale="auto"`` is the hierarchical prior. Both leave replica 0 on the posterior. The
-        potential must then be a :class:`~bayesnet.posterior.ChainPosterior` (it weights the data term per
-        member); the gradient is not compiled (``compile`` runs it eagerly, and says so).
+        and ``prior_scale="auto"`` is the hierarchical prior (the power posteriors of Friel and Pettitt 2008,
+        on a ladder). Both leave replica 0 on the posterior. The potential must then be a
+        :class:`~bayesnet.posterior.ChainPosterior` (it weights the data term per member); the gradient is not
+        compiled (``compile`` runs it eagerly, and says so). The warm-up's mass is estimated from each member's
+        gradients of its own target, and a hot replica's configurational temperature statistic is that of its
+        tempered target.
 
     Raises
     ------
@@ -224,13 +227,13 @@ class PTLangevin(Sampler):
     tempering for Bayesian neural learning", Neurocomputing 2019 (Chandra et al. 2019:
     Sec. 3.3-3.5, eqs. 9-12, Algorithm 1, Sec. 4.1); Roberts and Tweedie,
     Bernoulli 2 (1996) for the Metropolis-adjusted Langevin algorithm;
-    Okabe et al., Chem. Phys. Lett. 335 (2001) for the even-odd exchange scheme.
+    Okabe et al., Chem. Phys. Lett. 335 (2001) for the even-odd exchange scheme; N. Friel and A. N. Pettitt,
+    "Marginal likelihood estimation via power posteriors", JRSS B 70 (2008) for tempering the likelihood alone.
     """
 
     name = "pt-langevin"
     # the replicas' inverse temperatures are set in the state at the start: a continued chain keeps its ladder
     state_settings = Sampler.state_settings + ("max_temperature", "tempered")
-    exchanges_members = True  # (a prior that keeps hyperparameters per member must exchange them too: make_prior)
     full_batch = True  # the Metropolis-Hastings tests are exact only on the full-data potential
     stats = {**COMMON_STATS, "accepted": Stat("mean"), "accept_prob": Stat("mean", "acceptance_rate", "acceptance_rate"),
              "langevin": Stat("mean"), "temperature": Stat("mean"), "divergent": Stat("sum", "n_divergent", "diverging")}
@@ -365,6 +368,22 @@ class PTLangevin(Sampler):
             del out["max_temperature"]
         return out
 
+    def __setstate__(self, state):
+        # pickled before tempered existed (2026-11-29): that sampler tempered the whole posterior (before: a
+        # continued fit was refused as a changed setting, get_params and bayesnet.save raised AttributeError)
+        state.setdefault("tempered", "posterior")
+        super().__setstate__(state)
+
+    @property
+    def exchanges_members(self) -> bool:
+        """Whether swaps exchange positions between members (several replicas): a prior that keeps hyperparameters
+        per member must then exchange them too (:func:`~bayesnet.priors.make_prior` checks)."""
+        return int(self.n_replicas) > 1
+
+    def untempered_prior_hint(self) -> str | None:
+        """The setting that leaves the prior untempered, for the message that refuses a hierarchical prior."""
+        return "sampler__tempered='likelihood', which tempers the likelihood only"
+
     def prior_temperature_range(self) -> tuple[float, float]:
         """``(1, 1)`` with ``tempered="likelihood"`` (the prior is not tempered), else :meth:`temperature_range`."""
         return (1.0, 1.0) if self.tempered == "likelihood" else self.temperature_range()
@@ -473,7 +492,9 @@ class PTLangevin(Sampler):
                              "Use tempered='posterior'.")
         self._rebase_cache(state, beta)
         weigh(beta)
-        try:  # (the weights hold for the kernel's own evaluations only: the warm-up's measurements see U)
+        # the weights hold for the kernel's own evaluations only: the warm-up's curvature and noise measurements
+        # see U; the gradients it records for the mass are the kernel's, of each member's own tempered target
+        try:
             return self._advance(state, potential, batch, beta, torch.ones_like(beta))
         finally:
             weigh(None)
