@@ -249,8 +249,12 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
                                            ("tacthmc", {"sampler__steps_per_sample": 10,
                                                         "sampler__resample_momentum": True}),
                                            ("hmc", {"batch_size": -1, "thinning": 1}),
-                                           ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4})],
-                         ids=["baoab", "eqn", "tacthmc", "hmc", "pt-langevin"])
+                                           ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4}),
+                                           ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4,
+                                                            "sampler__tempered": "likelihood",
+                                                            "sampler__tempering_fraction": 1.0,
+                                                            "sampler__swap_interval": 5})],
+                         ids=["baoab", "eqn", "tacthmc", "hmc", "pt-langevin", "pt-langevin-likelihood"])
 def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
     """BAOAB, eqn, TACT-HMC, HMC and pt-langevin compiled: the first draws of the eager chains, within float32
     rounding (the
@@ -258,7 +262,9 @@ def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
     unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
     eqn's preconditioner (at an explicit step, the paper's mode) is refreshed at steps 50 and 100 (the latter at the first compiled step), TACT-HMC's momenta resampled at every draw, both
     eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager,
-    pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need).
+    pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need;
+    pt-langevin also tempering the likelihood only, the compiled potential weighting each replica's data term,
+    swapping every 5 steps on a ladder kept throughout).
     eqn's walkers amplify rounding most: its draws are compared to 1e-4 of their scale (1.2e-5 reached on an AMD
     EPYC without AVX-512, under 1e-5 on the Intel machines; an error in the update moves them by about the step,
     1e-2). HMC's draws are its first five transitions after the warm-up (thinning 1): along a longer run the

@@ -109,8 +109,11 @@ def write_back(state, position, flat=None, grad=None) -> None:
 class CompiledPotential:
     """``potential`` whose :meth:`value_and_grad` is ``fn``, the compiled gradient of its pure form
     (:func:`potential_gradients` of :meth:`~bayesnet.posterior.ChainPosterior.functional`) at the current
-    positions: for a kernel whose own step stays eager but whose gradients compile (pt-langevin). Everything else
-    is the potential's own."""
+    positions: for a kernel whose own step stays eager but whose gradients compile (pt-langevin). With the
+    potential's per-member data weight set (:meth:`~bayesnet.posterior.ChainPosterior.set_data_weight`), the same
+    compiled form is evaluated with the prior's form divided by the weight and the result multiplied by it,
+    ``beta U_D + U_P = beta (U_D + U_P / beta)``, and the unweighted data terms recorded as the eager potential
+    records them. Everything else is the potential's own."""
 
     def __init__(self, potential, fn):
         self._potential = potential
@@ -120,7 +123,20 @@ class CompiledPotential:
         potential = self._potential
         factors, offset = potential.prior_form()
         X, y = batch
-        grads, (_, u) = self._fn([p.detach() for p in potential.parameters], X, y, factors, offset)
+        weight = getattr(potential, "data_weight", None)
+        if weight is not None:  # beta U_D + U_P = beta (U_D + U_P / beta): the same pure form, the prior's divided
+            factors = [f / weight.to(f.dtype).reshape((-1,) + (1,) * max(f.ndim - 1, 0)) for f in factors]
+            offset = offset / weight.to(offset.dtype)
+        parameters = [p.detach() for p in potential.parameters]
+        grads, (_, u) = self._fn(parameters, X, y, factors, offset)
+        if weight is not None:
+            with torch.no_grad():
+                w = weight.to(u.dtype)
+                net = parameters[: len(factors)]
+                quad = sum(f * (p * p).reshape(p.shape[0], -1).sum(1) if f.ndim <= 1 else
+                           (f * p * p).reshape(p.shape[0], -1).sum(1) for f, p in zip(factors, net))
+                potential.data_value = (u - (0.5 * quad - offset)).detach().clone()  # U_D, unweighted
+                return w * u, [g * w.to(g.dtype).reshape((-1,) + (1,) * (g.ndim - 1)) for g in grads]
         # copies: the kernel keeps gradients across steps, and a compiled function's outputs may be reused by its
         # next call (CUDA graphs)
         return u.clone(), [g.clone() for g in grads]
@@ -151,9 +167,6 @@ def compile_decision(setting, sampler, potential, steps_after_warmup: int, devic
         return False, "compile__disable=True (torch.compile compiles nothing)", options
     if not getattr(type(sampler), "compiles", False):
         return False, f"{sampler.name} has no pure transition (see bayesnet.samplers.compiled)", options
-    refusal = getattr(sampler, "compile_refusal", lambda: None)()  # (a setting of the sampler's that does not compile)
-    if refusal:
-        return False, refusal, options
     module = getattr(potential, "module", None)
     if module is not None and not getattr(module, "compiles", True):
         return False, (f"the {type(module).__name__} network does not compile (its fused recurrent kernels are "

@@ -151,8 +151,8 @@ class PTLangevin(Sampler):
         :math:`\log a = (\beta_i - \beta_j)(U_{D,i} - U_{D,j})`, and exchanges :math:`\tau` with the positions,
         and ``prior_scale="auto"`` is the hierarchical prior (the power posteriors of Friel and Pettitt 2008,
         on a ladder). Both leave replica 0 on the posterior. The potential must then be a
-        :class:`~bayesnet.posterior.ChainPosterior` (it weights the data term per member); the gradient is not
-        compiled (``compile`` runs it eagerly, and says so). The warm-up's mass is estimated from each member's
+        :class:`~bayesnet.posterior.ChainPosterior` (it weights the data term per member); a compiled gradient
+        evaluates the same pure form with the prior's divided by the weight. The warm-up's mass is estimated from each member's
         gradients of its own target, and a hot replica's configurational temperature statistic is that of its
         tempered target.
 
@@ -387,14 +387,6 @@ class PTLangevin(Sampler):
     def prior_temperature_range(self) -> tuple[float, float]:
         """``(1, 1)`` with ``tempered="likelihood"`` (the prior is not tempered), else :meth:`temperature_range`."""
         return (1.0, 1.0) if self.tempered == "likelihood" else self.temperature_range()
-
-    def compile_refusal(self) -> str | None:
-        """Why the gradient is not compiled (None: it may be): the compiled potential has no per-member weight on
-        the data term."""
-        if self.tempered == "likelihood":
-            return ("pt-langevin with tempered='likelihood' weights every replica's data term, which its compiled "
-                    "gradient does not take")
-        return None
 
     def temperature_range(self) -> tuple[float, float]:
         # the ladder's ends (one replica: the ladder is [1], no tempering, whatever max_temperature says)
