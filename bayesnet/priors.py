@@ -532,8 +532,9 @@ def make_prior(prior: "float | str | object", sampler=None, likelihood=None):
     A float is :class:`GaussianPrior` (that sd on every weight); "fan_in" is :class:`FanInPrior`;
     "hierarchical" is :class:`HierarchicalPrior`; "auto" is "hierarchical" for a ``sampler`` that samples
     the prior at temperature 1 throughout (:func:`tempers`: one that tempers the likelihood only does) and, for
-    one that tempers it (a tempered hierarchical prior is improper above temperature 1), the fan-in prior at the ``likelihood``'s ``fan_in_gain`` (2 for the categorical
-    likelihood's logits, 1 for standardised regression targets and without a likelihood). An object with
+    one that tempers it (a tempered hierarchical prior is improper above temperature 1), the fan-in prior at the
+    ``likelihood``'s ``fan_in_gain`` (2 for the categorical likelihood's logits, 1 for standardised regression
+    targets and without a likelihood). An object with
     ``log_prob`` is copied (a fit's own: a prior may keep per-chain state).
 
     Raises

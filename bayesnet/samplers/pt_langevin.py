@@ -152,9 +152,9 @@ class PTLangevin(Sampler):
         and ``prior_scale="auto"`` is the hierarchical prior (the power posteriors of Friel and Pettitt 2008,
         on a ladder). Both leave replica 0 on the posterior. The potential must then be a
         :class:`~bayesnet.posterior.ChainPosterior` (it weights the data term per member); a compiled gradient
-        evaluates the same pure form with the prior's divided by the weight. The warm-up's mass is estimated from each member's
-        gradients of its own target, and a hot replica's configurational temperature statistic is that of its
-        tempered target.
+        evaluates the same pure form with the prior's divided by the weight. The warm-up's mass is estimated from
+        each member's gradients of its own target, and a hot replica's configurational temperature statistic is
+        that of its tempered target.
 
     Raises
     ------
