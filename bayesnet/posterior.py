@@ -242,6 +242,14 @@ def _data_potential(likelihood, n_data: int, outputs: Tensor, y: Tensor, lik_par
     return u if isinstance(log_prior_phi, float) and log_prior_phi == 0.0 else u - log_prior_phi
 
 
+def quadratic_terms(factors: Sequence[Tensor], parameters: Sequence[Tensor]) -> Tensor:
+    """``sum_k sum(factors[k] * theta_k^2)`` per member, ``(S,)``: the quadratic part of a prior's
+    :meth:`~bayesnet.priors.HierarchicalPrior.quadratic_form` (``-log p = quad / 2 - offset``), each factor per member
+    ``(S,)`` (or a 0-d one for all) or per member and input column (broadcast against the tensor)."""
+    return sum(f * (p * p).reshape(p.shape[0], -1).sum(1) if f.ndim <= 1 else (f * p * p).reshape(
+        p.shape[0], -1).sum(1) for f, p in zip(factors, parameters))
+
+
 class ChainPosterior:
     r"""The potential of :class:`Posterior` for ``S`` packed position sets (chains, replicas, walkers).
 
@@ -472,10 +480,7 @@ class ChainPosterior:
         def potentials(parameters, X, y, factors, offset):
             net, lik = parameters[: len(names)], parameters[len(names):]
             u = _data_potential(likelihood, n_data, batched_outputs(module, names, net, X), y, lik)
-            # a factor per member (S,) or per member and input column (broadcast against the tensor)
-            quad = sum(f * (p * p).reshape(p.shape[0], -1).sum(1) if f.ndim <= 1 else (f * p * p).reshape(
-                p.shape[0], -1).sum(1) for f, p in zip(factors, net))
-            return u + 0.5 * quad - offset
+            return u + 0.5 * quadratic_terms(factors, net) - offset
 
         return potentials
 

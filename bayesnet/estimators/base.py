@@ -907,8 +907,8 @@ class BayesianNeuralNet(ResultsMixin, NeuralNet):
         reduce = f"the step size (now {hint}), e.g. by a factor of 10{inputs}."
         advice = f" Reduce {reduce}" if smaller is None else f" {smaller}; or: reduce {reduce}"
         return (f"{which}: {'; '.join(reasons)}.{first}{unsettled}{moved}{advice} {len(trace)} draws from before the "
-                f"divergence are kept and usable for prediction; {int(trace.discarded_per_slot.sum())} taken while the chain left its typical set were "
-                "discarded (see fit_status_).")
+                f"divergence are kept and usable for prediction; {int(trace.discarded_per_slot.sum())} taken while the "
+                "chain left its typical set were discarded (see fit_status_).")
 
     def save(self, path) -> None:
         """Write the fitted estimator to ``path`` in bayesnet's model format: the draws as safetensors, the

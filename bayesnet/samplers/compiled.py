@@ -44,6 +44,8 @@ from typing import Any
 
 import torch
 
+from ..posterior import quadratic_terms
+
 __all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "COMPILE_MIN_STEPS_CUDA", "compile_decision",
            "potential_gradients", "write_back"]
 
@@ -132,9 +134,7 @@ class CompiledPotential:
         if weight is not None:
             with torch.no_grad():
                 w = weight.to(u.dtype)
-                net = parameters[: len(factors)]
-                quad = sum(f * (p * p).reshape(p.shape[0], -1).sum(1) if f.ndim <= 1 else
-                           (f * p * p).reshape(p.shape[0], -1).sum(1) for f, p in zip(factors, net))
+                quad = quadratic_terms(factors, parameters[: len(factors)])
                 potential.data_value = (u - (0.5 * quad - offset)).detach().clone()  # U_D, unweighted
                 return w * u, [g * w.to(g.dtype).reshape((-1,) + (1,) * (g.ndim - 1)) for g in grads]
         # copies: the kernel keeps gradients across steps, and a compiled function's outputs may be reused by its
