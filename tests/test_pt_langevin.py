@@ -21,27 +21,27 @@ from bayesnet.samplers.pt_langevin import PTLangevin, geometric_ladder, swap_log
 from targets import correlated_gaussian, four_modes_2d, moment_errors
 
 
-def _run(sampler, potential, n_chains, n_steps, seed=0, record=None):
-    """Step the packed chains; ``record(k, state, info)`` is called after every step."""
+def _run(sampler, potential, n_chains, n_steps, seed=0, record=None, batch=None):
+    """Step the packed chains on ``batch``; ``record(k, state, info)`` is called after every step."""
     gen = torch.Generator().manual_seed(seed)
     state = sampler.init(potential.parameters, gen, n_chains=n_chains)
     for k in range(1, n_steps + 1):
-        state, info = sampler.step(state, potential, None)
+        state, info = sampler.step(state, potential, batch)
         if record is not None:
             record(k, state, info)
     return state
 
 
-def _replica_draws(sampler, target, n_chains, n_steps, burn_in, thinning=5, seed=0):
-    """Positions of every ladder slot, shaped (replica, chain, draw, dim)."""
+def _replica_draws(sampler, potential, n_chains, n_steps, burn_in, thinning=5, seed=0, batch=None):
+    """Positions of every ladder slot (every position tensor side by side), shaped (replica, chain, draw, dim)."""
     R = sampler.n_replicas
     kept = []
 
     def record(k, state, info):
         if k > burn_in and k % thinning == 0:
-            kept.append(state.position[0].detach().view(n_chains, R, -1).numpy().copy())
+            kept.append(torch.cat([p.detach().reshape(n_chains, R, -1) for p in state.position], 2).numpy().copy())
 
-    state = _run(sampler, target.potential, n_chains, n_steps, seed, record)
+    state = _run(sampler, potential, n_chains, n_steps, seed, record, batch)
     return np.stack(kept, axis=2).transpose(1, 0, 2, 3), state
 
 
@@ -256,7 +256,7 @@ def test_every_ladder_slot_samples_its_tempered_gaussian_exactly():
     C = 256
     s = make_sampler("pt-langevin", n_replicas=4, max_temperature=4.0, swap_interval=10, step_size=0.5)
     target = correlated_gaussian(C * 4, per_chain=True)
-    draws, state = _replica_draws(s, target, C, 2000, burn_in=500)
+    draws, state = _replica_draws(s, target.potential, C, 2000, burn_in=500)
     for m, T in enumerate(s.temperatures.tolist()):
         err = moment_errors(draws[m], target.mean, T * target.cov)
         print("pt-langevin slot", m, "T", round(T, 3), {k: round(float(v), 4) for k, v in err.items()})
@@ -281,7 +281,7 @@ def test_the_langevin_proposal_ratio_is_needed():
     for cls, biased in ((PTLangevin, False), (WithoutCorrection, True)):
         s = cls(n_replicas=1, langevin_prob=1.0, step_size=0.5)
         target = correlated_gaussian(C, per_chain=True)
-        draws, _ = _replica_draws(s, target, C, 1200, burn_in=200)
+        draws, _ = _replica_draws(s, target.potential, C, 1200, burn_in=200)
         err = moment_errors(draws[0], target.mean, target.cov)
         print(cls.__name__, {k: round(float(v), 4) for k, v in err.items()})
         if biased:
@@ -322,7 +322,7 @@ def test_after_the_switch_every_replica_samples_the_posterior():
     s = make_sampler("pt-langevin", n_replicas=R, max_temperature=9.0, swap_interval=10, step_size=0.5,
                      n_steps=1600, tempering_fraction=0.25)
     target = correlated_gaussian(C * R, per_chain=True)
-    draws, _ = _replica_draws(s, target, C, 1600, burn_in=800)
+    draws, _ = _replica_draws(s, target.potential, C, 1600, burn_in=800)
     err = moment_errors(draws.reshape(R * C, -1, 2), target.mean, target.cov)
     print("second phase, all replicas", {k: round(float(v), 4) for k, v in err.items()})
     assert err["mean_err"] <= err["mean_tol"] and err["cov_err"] <= err["cov_tol"]
@@ -480,18 +480,6 @@ def _linear_posterior(prior, n_rows, members, bias=True, seed=0):
     return post, (X, y), A
 
 
-def _slot_draws(sampler, post, batch, n_chains, n_steps, burn_in, thinning=5):
-    """Every ladder slot's positions, (replica, chain, draw, dim), stepping on the full ``batch``."""
-    R = sampler.n_replicas
-    state = sampler.init(post.parameters, torch.Generator().manual_seed(1), n_chains=n_chains)
-    kept = []
-    for k in range(1, n_steps + 1):
-        state, info = sampler.step(state, post, batch)
-        if k > burn_in and k % thinning == 0:
-            kept.append(torch.cat([p.detach().reshape(n_chains, R, -1) for p in post.parameters], 2).numpy().copy())
-    return np.stack(kept, 2).transpose(1, 0, 2, 3), state
-
-
 @pytest.mark.parametrize("mode, langevin_prob", [("likelihood", 0.5), ("posterior", 0.5), ("likelihood", 0.0)])
 def test_tempering_the_likelihood_only_samples_each_slots_own_target_exactly(mode, langevin_prob):
     """With ``tempered="likelihood"`` slot m targets ``p(y|theta)^beta_m p(theta)``: for a line with known noise and
@@ -507,7 +495,7 @@ def test_tempering_the_likelihood_only_samples_each_slots_own_target_exactly(mod
     s = make_sampler("pt-langevin", n_replicas=R, max_temperature=4.0, swap_interval=5, step_size=0.25,
                      tempered=mode, n_steps=None, langevin_prob=langevin_prob)
     post, batch, A = _linear_posterior(GaussianPrior(0.5), 20, C * R)
-    draws, state = _slot_draws(s, post, batch, C, 2500, burn_in=500)
+    draws, state = _replica_draws(s, post, C, 2500, burn_in=500, seed=1, batch=batch)
     for m, T in enumerate(s.temperatures.tolist()):
         beta = 1.0 / T
         prior_precision = 4.0 * torch.eye(2, dtype=torch.float64)
@@ -554,7 +542,7 @@ def test_tempering_the_likelihood_exchanges_the_hierarchical_precisions_with_the
     s = make_sampler("pt-langevin", n_replicas=R, max_temperature=8.0, swap_interval=1, step_size=0.6,
                      tempered="likelihood", n_steps=None)
     post, batch, _ = _linear_posterior(HierarchicalPrior(gibbs_interval=25), 5, C * R, bias=False, seed=3)
-    draws, state = _slot_draws(s, post, batch, C, 3000, burn_in=500)
+    draws, state = _replica_draws(s, post, C, 3000, burn_in=500, seed=1, batch=batch)
     failed = []
     for m, T in enumerate(s.temperatures.tolist()):
         mean, var = _t2_line_moments(*batch, 1.0 / T)
