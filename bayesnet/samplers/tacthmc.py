@@ -68,6 +68,11 @@ def coupling_derivative(xi: Tensor, plateau: float, width: float, order: int) ->
     return torch.where(s > 0, -torch.sign(xi) * slope, torch.zeros_like(xi))
 
 
+def _auto_tempering_step_size(dim: int) -> float:
+    """``tempering_step_size="auto"`` for ``dim`` parameters per chain: ``1.5e-3 * min(1, 2 / dim) ** 2``."""
+    return 1.5e-3 * min(1.0, 2.0 / max(int(dim), 1)) ** 2
+
+
 def _per_chain(t: Tensor, like: Tensor) -> Tensor:
     """Broadcast a per-chain tensor, shape () or (C,), against a position tensor (C, ...)."""
     return t.reshape(t.shape + (1,) * (like.ndim - t.ndim))
@@ -480,7 +485,7 @@ class TACTHMC(Sampler):
     def resolve_tempering_step_size(self, dim: int) -> float:
         """:math:`\\eta_\\xi` for a model with ``dim`` parameters per chain (see ``tempering_step_size``)."""
         if self.tempering_step_size == "auto":
-            return 1.5e-3 * min(1.0, 2.0 / max(int(dim), 1)) ** 2
+            return _auto_tempering_step_size(dim)
         return float(self.tempering_step_size)
 
     def _bin(self, xi: Tensor) -> Tensor:
@@ -752,11 +757,23 @@ class TACTHMC(Sampler):
         low = int(chains[per_chain[chains].argmin()])
         # with several chains the shortest one is the one the run waited for: name it
         worst = f", chain {low}'s {float(per_chain[low]):.1%}" if per_chain.numel() > 1 else ""
+        xi = state.xi.reshape(-1)[low]
+        now = self.temperature / float(coupling(xi, self.plateau, self.coupling_width, self.coupling_order))
+        # a tempering step size above its "auto" value moves xi faster than the network follows, and it stays hot;
+        # at "auto" or below, lowering it slows xi's way back (benchmarks/README.md, "tacthmc at its defaults")
+        auto = _auto_tempering_step_size(state.flat_momentum.shape[-1])
+        narrower = ("narrow the temperature range (sampler__wall=1.0, highest temperature 2: a default iris fit "
+                    "that ran 78,003 steps for 65 draws kept all 100 in 31,500)") if self.wall > 1.0 else \
+            f"narrow the temperature range further (sampler__wall, now {self.wall:g})"
+        faster = (f"; or lower sampler__tempering_step_size (now {state.tempering_step_size:.3g}, above the 'auto' "
+                  f"{auto:.3g}): a tempering variable that moves faster than the network can follow gets stuck at "
+                  "high temperature") if state.tempering_step_size > auto * (1 + 1e-9) else ""
         return (f"the tempering variable spent {frac:.1%} of all the steps at unit temperature{worst} (the warm-up's "
                 "included; diagnostics_['plateau_fraction'] counts the steps after the burn-in only; the ideal is "
-                f"{self.expected_plateau_fraction:.0%}). Run longer (partial_fit continues the chain), narrow the "
-                "temperature range (sampler__wall), or lower sampler__tempering_step_size: a tempering variable "
-                "that moves faster than the network can follow gets stuck at high temperature.")
+                f"{self.expected_plateau_fraction:.0%}), and {'it' if not worst else f'chain {low}'} is at "
+                f"temperature {now:.3g} now. Run longer (partial_fit continues the chain); {narrower}; or set "
+                "sampler__tempering=False, which samples at unit temperature throughout (SGNHT collecting every "
+                f"steps_per_sample steps){faster}.")
 
     # ------------------------------------------------------------------ #
     def bias_profile(self, state: TACTHMCState) -> tuple[Tensor, Tensor, Tensor]:
