@@ -143,10 +143,11 @@ def test_samples_only_every_k_steps_at_unit_temperature():
 
 def test_the_shortfall_hint_names_what_was_measured_to_help():
     """The hint when too few draws were kept: where the chain's tempering variable is now, walls at 1 where they
-    are wider (measured: a default iris fit's 78,003 steps and 65 draws became 31,500 steps and 100), unit
-    temperature throughout, and a lower tempering step size only where it was set above its "auto" value. At
-    "auto" the tempering variable's way back is a slow diffusion, which a lower step slows further (measured:
-    iris's fit sat at temperatures 1.2-1.5 for 74,000 steps; benchmarks/README.md, "tacthmc at its defaults")."""
+    are wider and a plateau fits inside them (measured: a default iris fit's 78,003 steps and 65 draws became
+    31,500 steps and 100), unit temperature throughout, and a lower tempering step size only where it was set
+    above its "auto" value. At "auto" the measurements point both ways (iris's fit diffused back too slowly at
+    temperatures 1.1-1.6 for 74,000 steps, which a smaller step slows further; benchmarks/README.md, "tacthmc at
+    its defaults"), so it is not offered there."""
     pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.zeros(30, dtype=torch.float64)])
     hints = {}
     for key, kw in {"default": {}, "narrow": dict(wall=1.0), "fast": dict(tempering_step_size=1e-3)}.items():
@@ -157,7 +158,12 @@ def test_the_shortfall_hint_names_what_was_measured_to_help():
     for hint in hints.values():
         assert "it is at temperature 1.61 now" in hint and "sampler__tempering=False" in hint
     assert "sampler__wall=1.0" in hints["default"] and "sampler__wall=1.0" in hints["fast"]
+    assert "sampler__wall=1.0, highest temperature 2:" in hints["default"]
     assert "sampler__wall=1.0" not in hints["narrow"] and "further (sampler__wall, now 1)" in hints["narrow"]
+    # walls at 1 are offered only where the plateau fits inside them (wall must exceed plateau)
+    wide = make_sampler("tacthmc", step_size=1e-3, adaptation_steps=0, plateau=1.2, coupling_width=1.5, wall=2.0)
+    assert "sampler__wall=1.0" not in wide.shortfall_hint(wide.init(pot.parameters, 0))
+    assert hints["default"].count("; or ") == 1 and hints["fast"].count("; or ") == 1
     assert "lower sampler__tempering_step_size (now 0.001, above the 'auto' 6.67e-06)" in hints["fast"]
     assert "tempering_step_size" not in hints["default"] and "tempering_step_size" not in hints["narrow"]
 
