@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from ..posterior import quadratic_terms
+from .estimates import member_view
 
 __all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "COMPILE_MIN_STEPS_CUDA", "compile_decision",
            "potential_gradients", "write_back"]
@@ -127,7 +128,7 @@ class CompiledPotential:
         X, y = batch
         weight = getattr(potential, "data_weight", None)
         if weight is not None:  # beta U_D + U_P = beta (U_D + U_P / beta): the same pure form, the prior's divided
-            factors = [f / weight.to(f.dtype).reshape((-1,) + (1,) * max(f.ndim - 1, 0)) for f in factors]
+            factors = [f / member_view(weight.to(f.dtype), f) for f in factors]
             offset = offset / weight.to(offset.dtype)
         parameters = [p.detach() for p in potential.parameters]
         grads, (_, u) = self._fn(parameters, X, y, factors, offset)
@@ -136,7 +137,7 @@ class CompiledPotential:
                 w = weight.to(u.dtype)
                 quad = quadratic_terms(factors, parameters[: len(factors)])
                 potential.data_value = (u - (0.5 * quad - offset)).detach().clone()  # U_D, unweighted
-                return w * u, [g * w.to(g.dtype).reshape((-1,) + (1,) * (g.ndim - 1)) for g in grads]
+                return w * u, [g * member_view(w.to(g.dtype), g) for g in grads]
         # copies: the kernel keeps gradients across steps, and a compiled function's outputs may be reused by its
         # next call (CUDA graphs)
         return u.clone(), [g.clone() for g in grads]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager, nullcontext
 from numbers import Integral, Real
 from typing import Any
 
@@ -320,16 +321,12 @@ class PTLangevin(Sampler):
         state.grad_valid = state.grad_valid & ~mask
         if state.value is not None:
             weighted = self.tempered == "likelihood" and state.cache_beta is not None
-            if weighted:  # (at the weights the cache was taken under)
-                potential.set_data_weight(state.cache_beta)
-            try:
+            # (at the weights the cache was taken under)
+            with self._data_weighted(potential, state.cache_beta) if weighted else nullcontext():
                 fresh = potential.value(batch).detach().reshape(mask.shape).to(state.value.dtype)
                 if weighted:
                     data = potential.data_value.reshape(mask.shape).to(state.value.dtype)
                     state.data_value = torch.where(mask, data, state.data_value)
-            finally:
-                if weighted:
-                    potential.set_data_weight(None)
             state.value = torch.where(mask, fresh, state.value)
 
     def quota_members(self, layout: ChainLayout):
@@ -476,18 +473,25 @@ class PTLangevin(Sampler):
         tempering = self.in_tempering_phase(state)
         beta = state.beta.repeat(C) if tempering else torch.ones(S, dtype=first.dtype, device=first.device)
         if self.tempered != "likelihood":
-            return self._advance(state, potential, batch, beta, beta)
+            return self._advance(state, potential, batch, tempering, beta, beta)
+        # the weights hold for the kernel's own evaluations only: the warm-up's curvature and noise measurements
+        # see U; the gradients it records for the mass are the kernel's, of each member's own tempered target
+        with self._data_weighted(potential, beta):
+            self._rebase_cache(state, beta)
+            return self._advance(state, potential, batch, tempering, beta, torch.ones_like(beta))
+
+    @contextmanager
+    def _data_weighted(self, potential: Potential, beta: Tensor):
+        """``tempered="likelihood"``: the potential's data terms weighted by ``beta`` (S,) inside the block
+        (:meth:`~bayesnet.posterior.ChainPosterior.set_data_weight`), unweighted again after it."""
         weigh = getattr(potential, "set_data_weight", None)
         if weigh is None:
             raise ValueError(f"{self.name} with tempered='likelihood' needs a potential that weights its data term "
                              f"per member (a ChainPosterior's set_data_weight); {type(potential).__name__} has none. "
                              "Use tempered='posterior'.")
-        self._rebase_cache(state, beta)
         weigh(beta)
-        # the weights hold for the kernel's own evaluations only: the warm-up's curvature and noise measurements
-        # see U; the gradients it records for the mass are the kernel's, of each member's own tempered target
         try:
-            return self._advance(state, potential, batch, beta, torch.ones_like(beta))
+            yield
         finally:
             weigh(None)
 
@@ -504,16 +508,16 @@ class PTLangevin(Sampler):
             state.grad_valid = state.grad_valid & (change == 0)
         state.cache_beta = beta.clone()
 
-    def _advance(self, state: PTLangevinState, potential: Potential, batch: Any, beta: Tensor,
+    def _advance(self, state: PTLangevinState, potential: Potential, batch: Any, tempering: bool, beta: Tensor,
                  kernel_beta: Tensor) -> tuple[PTLangevinState, StepInfo]:
-        """:meth:`_step` at the ladder's ``beta`` (S,), the kernel's own tests and drift at ``kernel_beta``:
-        ``beta`` itself when the whole posterior is tempered, ones when the potential weights the data term."""
+        """:meth:`_step` at the ladder's ``beta`` (S,) (``tempering``: whether this step runs on the ladder), the
+        kernel's own tests and drift at ``kernel_beta``: ``beta`` itself when the whole posterior is tempered, ones
+        when the potential weights the data term."""
         R = int(self.n_replicas)
         S = state.n_members
         C = S // R
         theta = self._members(state)
         device, dtype = theta[0].device, theta[0].dtype
-        tempering = self.in_tempering_phase(state)
         weighted = self.tempered == "likelihood"
         if self.n_adaptation_steps == 0 and self.step_size != "auto":  # the paper's one step size
             state.log_step = torch.full((S,), math.log(float(self.step_size)), dtype=dtype, device=device)

@@ -766,8 +766,8 @@ class TACTHMC(Sampler):
         auto = _auto_tempering_step_size(state.flat_momentum.shape[-1])
         fixes = ["Run longer (partial_fit continues the chain)"]
         if self.wall > 1.0 and self.plateau < 1.0:  # (walls at 1 need a plateau inside them)
-            top = self.temperature * (1.0 + ((1.0 - self.plateau) / (self.coupling_width - self.plateau))
-                                      ** self.coupling_order)
+            top = self.temperature / float(coupling(torch.tensor(1.0, dtype=torch.float64), self.plateau,
+                                                    self.coupling_width, self.coupling_order))
             fixes.append(f"narrow the temperature range (sampler__wall=1.0, highest temperature {top:.3g}: a "
                          "default iris fit that ran 78,003 steps for 65 draws kept all 100 in 31,500, though a "
                          "default moons fit took three times as long)")
