@@ -18,7 +18,7 @@ from .registry import register_sampler
 from .compiled import potential_gradients, write_back
 from .integrators import chain_numel, momentum_state, normal_flat
 from .random import ChainRandom
-from .estimates import flatten, mask_like
+from .estimates import flatten, mask_like, member_view
 from .warmup import Preconditioner, views
 
 __all__ = ["HMC", "HMCState"]
@@ -36,11 +36,6 @@ class HMCState(MomentumState):
     accepted_total: Tensor
     transitions: int = 0
     adapted: Tensor | None = None  # per chain: dual-averaging updates since its last restart
-
-
-def _per_member(t: Tensor, like: Tensor) -> Tensor:
-    """Broadcast a per-chain tensor, shape () or (S,), against a position tensor (S, ...)."""
-    return t.reshape(t.shape + (1,) * (like.ndim - t.ndim))
 
 
 @register_sampler
@@ -254,7 +249,7 @@ class HMC(Sampler):
         accepted = ~divergent & (uniform < accept_prob)
         with torch.no_grad():  # rejected chains go back to the start (with the refreshed momentum)
             for t, s0 in zip(theta, start):
-                t.copy_(torch.where(_per_member(accepted, t), t, s0))
+                t.copy_(torch.where(member_view(accepted, t), t, s0))
             flat.copy_(torch.where(accepted.unsqueeze(-1) if flat.ndim == 2 else accepted, flat, start_momentum))
         u1 = torch.where(accepted, u1.reshape(accepted.shape), u0.reshape(accepted.shape))
         if adapting:

@@ -18,7 +18,7 @@ from .registry import register_sampler
 from .compiled import potential_gradients, write_back
 from .integrators import friction_flow, gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
-from .estimates import flatten, mask_like
+from .estimates import flatten, mask_like, member_view
 from .warmup import HEAT, WARMUP_DOC, Preconditioner, clamp_friction, views
 
 __all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
@@ -71,11 +71,6 @@ def coupling_derivative(xi: Tensor, plateau: float, width: float, order: int) ->
 def _auto_tempering_step_size(dim: int) -> float:
     """``tempering_step_size="auto"`` for ``dim`` parameters per chain: ``1.5e-3 * min(1, 2 / dim) ** 2``."""
     return 1.5e-3 * min(1.0, 2.0 / max(int(dim), 1)) ** 2
-
-
-def _per_chain(t: Tensor, like: Tensor) -> Tensor:
-    """Broadcast a per-chain tensor, shape () or (C,), against a position tensor (C, ...)."""
-    return t.reshape(t.shape + (1,) * (like.ndim - t.ndim))
 
 
 @register_sampler
@@ -562,8 +557,8 @@ class TACTHMC(Sampler):
         # line 10: parameter momentum, r <- (1 - lam^2 z) r - lam eta M^-1 grad + lam sqrt(2 c eta T M^-1) N (the
         # friction as e^(-lam^2 z) with friction_step="exact")
         friction = lam2 * z_theta
-        lam_f = _per_chain(lam, flat)
-        decay = _per_chain(friction_flow(friction) if exact else 1.0 - friction, flat)
+        lam_f = member_view(lam, flat)
+        decay = member_view(friction_flow(friction) if exact else 1.0 - friction, flat)
         if in_place:
             flat.mul_(decay).addcmul_(grad, kick * lam_f, value=-1.0).addcmul_(noise, noise_scale * lam_f)
         else:
@@ -738,7 +733,7 @@ class TACTHMC(Sampler):
         fresh = gaussian_like(state.momentum, state.rng, state.layout)
         std = views(self.momentum_std(state), state.momentum)
         for m, w, sd in zip(state.momentum, fresh, std):
-            m.copy_(torch.where(_per_chain(chains, m), w * sd, m))
+            m.copy_(torch.where(member_view(chains, m), w * sd, m))
         r_xi = state.xi_momentum
         new = state.rng.normal(1, r_xi.dtype).reshape(r_xi.shape)
         state.xi_momentum = torch.where(chains, new * math.sqrt(state.tempering_step_size * T), r_xi)
