@@ -430,14 +430,18 @@ def run_bayesnet(task, data, scaler, args, row):
             _bayesnet_diagnostics(est, row)
             return
     _bayesnet_diagnostics(est, row)
-    if task.kind == "classification":
-        row.update(classification_metrics(yte, model.predict_proba(Xte), est.classes_))
-    else:
-        Xs = model[:-1].transform(Xte) if scaler else Xte
-        means, noise = est.predict_draws(Xs, return_noise_std=True)
-        _, lower, upper = est.predict(Xs, return_interval=True, level=LEVEL)
-        noise = np.asarray(noise).reshape(len(means), -1)  # (D,) homoscedastic or (D, n)
-        row.update(regression_metrics(yte, means, noise, lower, upper))
+    row.update(bayesnet_metrics(task.kind, model, est, Xte, yte, scaler))
+
+
+def bayesnet_metrics(kind, model, est, Xte, yte, scaler) -> dict:
+    """The test metrics of a fitted estimator ``est`` (``model``: it, or the pipeline with a scaler in front)."""
+    if kind == "classification":
+        return classification_metrics(yte, model.predict_proba(Xte), est.classes_)
+    Xs = model[:-1].transform(Xte) if scaler else Xte
+    means, noise = est.predict_draws(Xs, return_noise_std=True)
+    _, lower, upper = est.predict(Xs, return_interval=True, level=LEVEL)
+    noise = np.asarray(noise).reshape(len(means), -1)  # (D,) homoscedastic or (D, n)
+    return regression_metrics(yte, means, noise, lower, upper)
 
 
 def _bayesnet_diagnostics(est, row):

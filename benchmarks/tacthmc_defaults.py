@@ -19,7 +19,6 @@ import json
 import time
 import warnings
 
-import numpy as np
 import torch
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -51,13 +50,7 @@ def fit_one(task_name: str, seed: int, settings: dict) -> dict:
         warnings.simplefilter("always")
         model.fit(Xtr, ytr)
     seconds = time.perf_counter() - start
-    if hasattr(est, "predict_proba"):
-        metrics = dp.classification_metrics(yte, model.predict_proba(Xte), est.classes_)
-    else:
-        Xs = model[:-1].transform(Xte)
-        means, noise = est.predict_draws(Xs, return_noise_std=True)
-        _, lower, upper = est.predict(Xs, return_interval=True, level=dp.LEVEL)
-        metrics = dp.regression_metrics(yte, means, np.asarray(noise).reshape(len(means), -1), lower, upper)
+    metrics = dp.bayesnet_metrics(task.kind, model, est, Xte, yte, scaler=True)
     return {"task": task_name, "seed": seed, "settings": settings, "steps": int(est.fit_status_["steps_taken"]),
             "status": est.fit_status_["status"], "kept": int(est.trace_.kept_per_slot.min()),
             "plateau": round(float(est.diagnostics_["plateau_fraction"]), 3),
