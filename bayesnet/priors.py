@@ -567,8 +567,8 @@ def make_prior(prior: "float | str | object", sampler=None, likelihood=None):
         hint = getattr(sampler, "untempered_prior_hint", lambda: None)()
         own = f" (or {hint})" if hint else ""
         raise ValueError(f"a hierarchical prior needs the sampler at temperature 1 throughout; {sampler.name} samples "
-                         f"at temperatures {low:g} to {high:g} (a tempered hierarchical prior is improper above 1 and "
-                         "shrinks every layer below). Use prior_scale='auto', 'fan_in' or a number, or an "
+                         f"at temperatures from {low:g} up to {high:g} (a tempered hierarchical prior is improper "
+                         "above 1 and shrinks every layer below). Use prior_scale='auto', 'fan_in' or a number, or an "
                          f"untempered sampler{own}.")
     if hasattr(prior, "gibbs_update") and getattr(sampler, "exchanges_members", False) and getattr(
             prior, "permute_members", None) is None:

@@ -416,7 +416,8 @@ def test_tacthmc_short_of_draws_continues_then_warns(cancer):
     plateau fraction."""
     Xtr, _, ytr, _ = cancer
     clf = BayesianMLPClassifier(hidden_layer_sizes=(16,), n_draws=10, burn_in=300, batch_size=64, random_state=0,
-                                sampler="tacthmc", sampler__steps_per_sample=25, sampler__tempering_step_size=6e-6)
+                                sampler="tacthmc", sampler__steps_per_sample=25, sampler__tempering_step_size=6e-6,
+                                sampler__wall=5 / 3)
     planned = 300 + 10 * 25 / 0.2
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -791,19 +792,61 @@ def test_auto_thinning_follows_the_auto_burn_in_in_a_fit_and_a_continued_fit():
         est.set_params(n_draws=40)
         est.partial_fit(X, y)
         assert est.trace_.thinning == 40 * spread and est.n_draws_kept_ == 40
-        # tacthmc: each offered step counts as the ~250 steps it costs (floor(1600 / (2 * 250)) = 3); a continued fit
-        # with half the steps per sample keeps its draws 6 offered steps apart, as a new plan would
+        # tacthmc: each offered step counts as the steps it costs at the chains' walls (26 weights: wall="auto" at
+        # 1.203, 50 * 1.203 / (1/3) = 180 steps, floor(1600 / (2 * 180)) = 4; the plan, made before the network is
+        # built, took the widest well's 250 and 3, which the chains' own replace); a continued fit with half the steps
+        # per sample keeps its draws 8 offered steps apart, as a new fit would
         tact = BayesianMLPClassifier((4,), sampler="tacthmc", n_draws=2, random_state=0).fit(X, y)
         spread = 2 ** tact.thinning_doublings_  # (whether the draws mixed depends on the CPU's rounding)
-        assert tact.plan_.thinning == 3 and tact.trace_.thinning == 3 * spread
+        assert tact.sampler_state_.wall == pytest.approx(1.203, abs=1e-3)
+        assert tact.plan_.steps_per_draw == pytest.approx(50 * 3 * tact.sampler_state_.wall)
+        assert tact.plan_.thinning == 4 and tact.trace_.thinning == 4 * spread
         tact.set_params(sampler__steps_per_sample=25)
         tact.partial_fit(X, y)
-        assert tact.trace_.thinning == 6 * spread
+        assert tact.trace_.thinning == 8 * spread
         # a run of max_epochs epochs: the burn-in is at most half of it, and the draws (rounded down, 1052 // 100
         # = 10 apart) still all fit in the other half (rounded up, 11 apart, the 100th would not)
         capped = BayesianMLPClassifier((4,), n_draws=100, max_epochs=263, random_state=0).fit(X, y)
         assert capped.trace_.burn_in == 1052 and capped.trace_.thinning == 10
         assert capped.n_draws_kept_ == 100 and capped.fit_status_["status"] == "complete"
+
+
+def test_a_continued_tacthmc_fit_plans_its_draws_at_the_chains_walls(monkeypatch):
+    """A continued fit after a completed run plans ``n_draws * thinning * steps_per_draw`` more steps with the chains'
+    own figures, those the trace was reconfigured with (wall="auto" resolved at init: 180 steps a draw for these 26
+    weights). Before (review): the plan's thinning came from the widest well's 250 steps (3) against the trace's
+    4, and the call planned 1,083 steps where its draws needed 1,444."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1000, 3))
+    y = (X[:, 0] > 0).astype(int)
+    seen = {}
+    original = run_module.continue_chains
+
+    def spy(net, X, y):
+        start = int(net.sampler_state_.step)
+        original(net, X, y)
+        seen.update(planned=int(net.steps_planned_total_) - start, thinning=net.trace_.thinning,
+                    per_draw=net.sampler_.steps_per_draw(net.sampler_state_))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        tact = BayesianMLPClassifier((4,), sampler="tacthmc", n_draws=2, random_state=0).fit(X, y)
+        monkeypatch.setattr(run_module, "continue_chains", spy)
+        # (as a run whose draws took the planned length or more: its draw quota, which may end it sooner, then
+        # leaves nothing of the old plan to resume)
+        tact.steps_planned_total_ = int(tact.sampler_state_.step)
+        tact.set_params(sampler__steps_per_sample=25)
+        tact.partial_fit(X, y)
+    assert seen["per_draw"] == pytest.approx(25 * 3 * tact.sampler_state_.wall)
+    # the divergence monitor allows the heat of the chains' own highest temperature (3.2 here), not the widest
+    # well's 9: (T_max - 1) D / 2 above the warm-up's mean
+    from bayesnet.estimators.callbacks import DivergenceMonitor
+
+    hottest = tact.sampler_.highest_temperature(tact.sampler_state_)
+    assert hottest == pytest.approx(1 + 8 * math.sqrt(2 / 26)) and tact.sampler_.max_temperature == pytest.approx(9)
+    assert DivergenceMonitor._limit(tact, 0.0, 0.0, 0.0) == pytest.approx((hottest - 1) * 26 / 2)
+    assert seen["thinning"] == 8 * 2 ** tact.thinning_doublings_
+    assert seen["planned"] == math.ceil(2 * seen["thinning"] * seen["per_draw"])
 
 
 def test_auto_thinning_spreads_draws_that_have_not_mixed():
@@ -877,9 +920,11 @@ def test_a_stop_inside_or_at_the_end_of_an_extension_resumes_to_the_same_draws(m
             grouped.set_params(callbacks=None).partial_fit(X, y)
         assert grouped.fit_status_["status"] == "complete" and torch.equal(grouped.trace_.draws(), ref.trace_.draws())
         monkeypatch.setattr(run_module, "unmixed", lambda net, conv: True)  # (every check fails: it extends)
+        # (unit temperature throughout: the draw quota and the extension, without an excursion of the tempering
+        # variable, about 1,000 steps for these 67 weights, which would outlast so short a run's budget)
         tact = dict(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=10, random_state=0, sampler="tacthmc",
-                    sampler__steps_per_sample=5, batch_size=50)
-        est = BayesianMLPClassifier(**tact, callbacks=[("stop", Stop(600))]).fit(X, y)
+                    sampler__steps_per_sample=5, sampler__tempering=False, batch_size=50)
+        est = BayesianMLPClassifier(**tact, callbacks=[("stop", Stop(330))]).fit(X, y)  # (extended at 250 and 295)
         assert est.fit_status_["status"] == "interrupted" and est.fit_status_["thinning_extended"]
         est.partial_fit(X, y)
         assert est.fit_status_["status"] == "complete" and (est.trace_.stored_per_slot == 10).all()
@@ -1155,13 +1200,13 @@ def test_a_target_varying_below_float64s_squares_keeps_a_scale():
     ("sghmc", {"sampler__preconditioner": "layer"}),
     ("sghmc", {"sampler__preconditioner": None}),
     ("tacthmc", {"sampler__n_bins": 10}),
-    ("tacthmc", {"sampler__wall": 1.0}),
+    ("tacthmc", {"sampler__wall": 1.5}),
     ("pt-langevin", {"sampler__max_temperature": 2.0}),
     ("pt-langevin", {"sampler__tempered": "likelihood"}),
 ])
 def test_a_continued_fit_refuses_a_setting_the_state_is_built_on(cancer, sampler, change):
     """Before: a new preconditioner was reported by the sampler (preconditioner_mode) while the chains kept the
-    old mass; tacthmc read its bias table (50 bins over [-5/3, 5/3]) through bins of the new n_bins or wall; a
+    old mass; tacthmc read its bias table (50 bins over [-wall, wall]) through bins of the new n_bins or wall; a
     new max_temperature left pt-langevin's ladder as it was. Now partial_fit refuses, naming the setting, and the
     fit is unchanged."""
     Xtr, _, ytr, _ = cancer

@@ -18,6 +18,7 @@ Tests marked ``xfail(strict=True)`` are defects found while writing this file; e
 from __future__ import annotations
 
 import copy
+import math
 import os
 import pickle
 import re
@@ -1407,15 +1408,34 @@ def test_a_fit_pickled_with_the_monitors_device_flags_continues(iris):
     assert np.isfinite(state["reference"][1]).all()  # the warm-up's reference survived the conversion
 
 
+def test_a_registered_sampler_without_the_state_argument_still_fits(iris, monkeypatch):
+    """``steps_per_draw`` and ``temperature_range`` take the chains' state (tacthmc resolves ``wall="auto"`` at init,
+    and the estimators ask for the chains' own answers); a registered sampler written to the stateless form still
+    fits, its answers taken as they are (before the shim: a TypeError from the first call with a state)."""
+    from bayesnet.samplers.tacthmc import TACTHMC
+
+    asked = []
+    monkeypatch.setattr(TACTHMC, "steps_per_draw", lambda self: asked.append("draw") or 10.0)
+    monkeypatch.setattr(TACTHMC, "temperature_range", lambda self: asked.append("range") or (1.0, 2.0))
+    X, y = iris
+    est = BayesianMLPClassifier(hidden_layer_sizes=(4,), sampler="tacthmc", n_draws=10, burn_in=100,
+                                sampler__steps_per_sample=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    assert est.plan_.steps_per_draw == 10.0  # (the stateless answer, kept after init)
+    assert est.fit_status_["status"] in ("complete", "short") and {"draw", "range"} <= set(asked)
+
+
 @pytest.mark.parametrize("old_hint", [False, True])
 def test_the_draw_quota_waits_for_every_chain(iris, monkeypatch, old_hint):
     """tacthmc's draw quota (samplers that collect some steps) ends a run once every chain has its draws in, not
     once their average has (before: a chain off the plateau stayed short while a fast chain's surplus overwrote
     its own draws, and the run reported "draws collected" beside a shortfall). Shown with chain 0 put off the
     plateau after 10 draws: at step 130 chain 1 has its 30 draws and the two average 20; at step 150, 10 and 50
-    average the quota's 30, where the old rule stopped. The run goes on to its budget (3x the planned 250 steps: the
-    burn-in, then 30 draws at 5 steps each, a fifth of the steps being collected) and warns about the chain it waited
-    for."""
+    average the quota's 30, where the old rule stopped. The run goes on to its budget (3x the planned 205 steps: the
+    burn-in, then 30 draws at 3.48 steps each, the plateau being 1/3.48 of the well of 35 weights at wall="auto")
+    and warns about the chain it waited for."""
 
     class OffThePlateau(Callback):
         def on_batch_end(self, net, training=False, **kwargs):
@@ -1437,7 +1457,8 @@ def test_the_draw_quota_waits_for_every_chain(iris, monkeypatch, old_hint):
         est.fit(X, y)
     kept = est.trace_.kept_per_slot
     assert kept[0] < 30 and kept[1] > 50, kept
-    assert est.sampler_state_.step == 3 * 250 and est.fit_status_["stopped_by"] is None
+    assert est.sampler_state_.step == 3 * math.ceil(100 + 30 * 3 * est.sampler_state_.wall) == 3 * 205
+    assert est.fit_status_["stopped_by"] is None
     assert est.fit_status_["status"] == "short"
     assert list(est.trace_.stored_per_slot) == [kept[0], 30]  # chain 1 keeps its newest 30
     message = next(str(w.message) for w in caught if f"{kept[0]} of n_draws=30 draws were kept" in str(w.message))

@@ -28,20 +28,23 @@ from targets import bayesian_linear_regression, correlated_gaussian, four_modes_
 SPEC = [0.01, 0.005, 0.05, 0.05, 1.0, 1.0, 50]
 # the paper's synthetic settings, paper-faithful: its 7-tuple and its Euler friction step (as from_specification)
 SYNTHETIC = dict(zip(("step_size", "tempering_step_size", "noise", "tempering_noise", "thermal_inertia",
-                      "tempering_thermal_inertia", "steps_per_sample"), SPEC), friction_step="euler")
+                      "tempering_thermal_inertia", "steps_per_sample"), SPEC), friction_step="euler",
+                 wall=5.0 / 3.0)
 
 
 # --------------------------------------------------------------------------- #
 # the pieces of Algorithm 1
 # --------------------------------------------------------------------------- #
 def test_coupling_function_and_well_follow_appendix_a():
-    s = TACTHMC()
+    s = TACTHMC(wall=5 / 3)  # the paper's well
     xi = torch.tensor([0.0, 0.2, -1 / 3, 1.0, -1.0, 5 / 3], dtype=torch.float64)
     lam = coupling(xi, s.plateau, s.coupling_width, s.coupling_order)
     np.testing.assert_allclose(lam.numpy(), [1, 1, 1, 0.5, 0.5, 1 / 9], rtol=1e-12)
     assert s.max_temperature == pytest.approx(9.0)
     assert s.expected_plateau_fraction == pytest.approx(0.2)
     assert s.steps_per_draw() == pytest.approx(250.0)
+    # wall="auto" before init (no model size yet): the widest well it resolves to, the paper's
+    assert (TACTHMC().max_temperature, TACTHMC().expected_plateau_fraction) == (pytest.approx(9.0), pytest.approx(0.2))
     # derivative: even function's odd derivative, zero on the plateau, matches finite differences
     grid = torch.linspace(-1.66, 1.66, 301, dtype=torch.float64)
     d = coupling_derivative(grid, 1 / 3, 1.0, 3)
@@ -61,6 +64,77 @@ def test_paper_specification_maps_to_named_hyperparameters():
     assert s.noise == 0.10 and s.biasing == "metadynamics"
     assert s.friction_step == "euler" and TACTHMC().friction_step == "exact"  # the paper's step, or the exact flow
     assert TACTHMC.from_specification(SPEC, friction_step="exact").friction_step == "exact"
+    assert s.wall == pytest.approx(5 / 3) and TACTHMC.from_specification(SPEC, wall=1.2).wall == 1.2  # the paper's well
+
+
+def test_tempering_noise_auto_is_the_papers_time_rescaled():
+    """``tempering_noise="auto"``: the paper's c_xi = 0.05 at its eta_xi = 1.5e-3, carried to the resolved eta_xi as a
+    change of xi's time step (c_xi and z_xi are frictions times dt, eta_xi = dt^2 / m): 0.05 sqrt(eta_xi / 1.5e-3),
+    so 0.05 for a 1-D or 2-D target. The resolved value starts the tempering thermostat, scales xi's noise, and
+    follows a tempering step size set on a running chain; an explicit value is kept."""
+    s = TACTHMC()
+    for dim, c in ((1, 0.05), (2, 0.05), (4, 0.025), (803, 0.05 * 2 / 803)):
+        eta = s.resolve_tempering_step_size(dim)
+        assert s.resolve_tempering_noise(eta) == pytest.approx(c, rel=1e-12)
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.zeros(3, 40, dtype=torch.float64)])
+    state = s.init(pot.parameters, 0, n_chains=3)
+    assert state.tempering_noise == pytest.approx(0.05 * 2 / 40)
+    torch.testing.assert_close(state.tempering_thermostat, torch.full((3,), 0.05 * 2 / 40, dtype=torch.float64))
+    s.tempering_step_size = 1.5e-5  # set on the running chain: the noise follows
+    s.step(state, pot, None)
+    assert state.tempering_noise == pytest.approx(0.005)
+    s.tempering_noise = 0.07
+    s.step(state, pot, None)
+    assert state.tempering_noise == 0.07
+    assert TACTHMC(tempering_noise=0.02).resolve_tempering_noise(1e-9) == 0.02
+    state.tempering_noise = None  # a state pickled before the setting was resolved
+    assert TACTHMC()._tempering_noise(state) == pytest.approx(0.05 * math.sqrt(1.5e-5 / 1.5e-3))
+
+
+def test_wall_auto_heats_a_model_by_eight_of_its_own_standard_deviations():
+    """``wall="auto"``: walls where the temperature is 1 + 8 sqrt(min(1, 2 / D)), so that the potential's mean rises
+    by 8 of its own sds (D/2 per unit of temperature against sqrt(D/2)): the paper's 5/3 (temperature 9) for D <= 2,
+    0.824 for iris's 803 weights, 0.864 for moons' 502. Resolved by init into the state, which every use of the
+    walls reads (bins, reflection, bias profile, temperature range, steps per draw); before init the widest well
+    (the bounds the estimators plan with). A continued chain keeps its walls: "auto" is no change, a number is
+    refused, and a state pickled before the walls were resolved keeps the number it was made with."""
+    s = TACTHMC()
+    for dim, wall in ((1, 5 / 3), (2, 5 / 3), (803, 0.8242), (502, 0.8642)):
+        assert s.resolve_wall(dim) == pytest.approx(wall, abs=1e-4)
+    for dim in (1, 4, 40, 803, 10**5):
+        heat = 8 * math.sqrt(min(1.0, 2 / dim))
+        assert s._temperature_at(s.resolve_wall(dim)) == pytest.approx(1 + heat, rel=1e-12)
+    assert TACTHMC(wall=1.2).resolve_wall(803) == 1.2
+    pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.zeros(3, 40, dtype=torch.float64)])
+    s = TACTHMC(step_size=1e-3, adaptation_steps=0, n_bins=10)
+    state = s.init(pot.parameters, 0, n_chains=3)
+    wall = state.wall
+    assert wall == pytest.approx(1 / 3 + 2 / 3 * (8 * math.sqrt(2 / 40)) ** (1 / 3), rel=1e-12) and wall < 5 / 3
+    assert s.temperature_range(state) == (1.0, pytest.approx(1 + 8 * math.sqrt(2 / 40)))
+    assert s.temperature_range() == (1.0, pytest.approx(9.0))
+    assert s.steps_per_draw(state) == pytest.approx(50 * wall * 3) and s.steps_per_draw() == pytest.approx(250)
+    centres, _, _ = s.bias_profile(state)
+    assert float(centres[0]) == pytest.approx(-wall + wall / 10) and float(centres[-1]) == pytest.approx(wall - wall / 10)
+    # driven outward at the walls: reflected at the state's walls, not the paper's
+    state.xi = torch.full((3,), wall - 1e-3, dtype=torch.float64)
+    for _ in range(20):
+        state.xi_momentum = torch.full((3,), 5e-3, dtype=torch.float64)
+        s.step(state, pot, None)
+        assert float(state.xi.abs().max()) <= wall
+    assert int(s._bin(torch.tensor([wall]), wall)[0]) == 9
+    s.adopt(state)  # "auto" again: no change
+    with pytest.raises(ValueError, match=f"wall=1.0 \\(was {wall!r}\\)"):  # (another number: the chains' walls named)
+        TACTHMC(step_size=1e-3, adaptation_steps=0, n_bins=10, wall=1.0).adopt(state)
+    assert state.wall == wall
+    TACTHMC(step_size=1e-3, adaptation_steps=0, n_bins=10, wall=wall).adopt(state)  # their own number: no change
+    TACTHMC(step_size=1e-3, adaptation_steps=0, n_bins=10).adopt(state)  # and back to "auto"
+    assert state.wall == wall
+    # pickled before the walls were resolved: the chain was made with a number, which made_with holds
+    old = TACTHMC(step_size=1e-3, adaptation_steps=0, wall=5 / 3)
+    old_state = old.init(pot.parameters, 0, n_chains=3)
+    old_state.wall = None
+    TACTHMC(step_size=1e-3, adaptation_steps=0).adopt(old_state)
+    assert old_state.wall == 5 / 3
 
 
 def test_a_sampler_pickled_before_friction_step_reads_as_the_euler_step_it_ran():
@@ -109,7 +183,7 @@ def test_the_wall_reflects():
     # a free tempering variable never leaves the well
     for _ in range(2000):
         state, _ = s.step(state, pot, None)
-        assert float(state.xi.abs().max()) <= s.wall
+        assert float(state.xi.abs().max()) <= state.wall
 
 
 def test_samples_only_every_k_steps_at_unit_temperature():
@@ -142,30 +216,34 @@ def test_samples_only_every_k_steps_at_unit_temperature():
 
 
 def test_the_shortfall_hint_names_what_was_measured_to_help():
-    """The hint when too few draws were kept: where the chain's tempering variable is now, walls at 1 where they
-    are wider and a plateau fits inside them (measured: a default iris fit's 78,003 steps and 65 draws became
-    31,500 steps and 100), unit temperature throughout, and a lower tempering step size only where it was set
-    above its "auto" value. At "auto" the measurements point both ways (iris's fit diffused back too slowly at
-    temperatures 1.1-1.6 for 74,000 steps, which a smaller step slows further; benchmarks/README.md, "tacthmc at
-    its defaults"), so it is not offered there."""
+    """The hint when too few draws were kept: where the chain's tempering variable is now; the "auto" walls where
+    they are wider (measured: an iris fit in the paper's well, 78,003 steps and 65 draws, kept 100 in 12,400 with
+    "auto"), else narrower ones; the "auto" tempering friction where it was set above it (it turns the tempering
+    variable's travel into a slow diffusion); unit temperature throughout; and a lower tempering step size only
+    where it was set above its "auto" value (at "auto" the measurements point both ways: benchmarks/README.md,
+    "tacthmc at its defaults")."""
     pot = FunctionPotential(lambda p, b: 0.5 * (p[0] ** 2).sum(-1), [torch.zeros(30, dtype=torch.float64)])
     hints = {}
-    for key, kw in {"default": {}, "narrow": dict(wall=1.0), "fast": dict(tempering_step_size=1e-3)}.items():
+    for key, kw in {"default": {}, "paper": dict(wall=5 / 3), "fast": dict(tempering_step_size=1e-3),
+                    "noisy": dict(tempering_noise=0.05)}.items():
         s = make_sampler("tacthmc", step_size=1e-3, adaptation_steps=0, **kw)
         state = s.init(pot.parameters, 0)
         state.xi = torch.tensor(0.9, dtype=torch.float64)  # off the plateau: temperature 1 + (0.85)^3
         hints[key] = s.shortfall_hint(state)
     for hint in hints.values():
         assert "it is at temperature 1.61 now" in hint and "sampler__tempering=False" in hint
-    assert "sampler__wall=1.0" in hints["default"] and "sampler__wall=1.0" in hints["fast"]
-    assert "sampler__wall=1.0, highest temperature 2:" in hints["default"]
-    assert "sampler__wall=1.0" not in hints["narrow"] and "further (sampler__wall, now 1)" in hints["narrow"]
-    # walls at 1 are offered only where the plateau fits inside them (wall must exceed plateau)
-    wide = make_sampler("tacthmc", step_size=1e-3, adaptation_steps=0, plateau=1.2, coupling_width=1.5, wall=2.0)
-    assert "sampler__wall=1.0" not in wide.shortfall_hint(wide.init(pot.parameters, 0))
+    # 30 weights: "auto" walls at 1.18, temperature 1 + 8 sqrt(2 / 30) = 3.07
+    assert "in a new fit (sampler__wall='auto': walls at 1.18, highest temperature 3.07, against 1.67 and 9 now" \
+        in hints["paper"] and "a continued chain keeps its walls" in hints["paper"]
+    for key in ("default", "fast", "noisy"):
+        assert "further in a new fit (sampler__wall, now 1.18, highest temperature 3.07)" in hints[key]
+        assert "sampler__wall='auto'" not in hints[key]
+    assert "the ideal is 28%" in hints["default"] and "the ideal is 20%" in hints["paper"]
+    assert "sampler__tempering_noise='auto' (now 0.05, 'auto' 0.00333)" in hints["noisy"]
+    assert all("tempering_noise" not in hints[k] for k in ("default", "paper", "fast"))
     assert hints["default"].count("; or ") == 1 and hints["fast"].count("; or ") == 1
     assert "lower sampler__tempering_step_size (now 0.001, above the 'auto' 6.67e-06)" in hints["fast"]
-    assert "tempering_step_size" not in hints["default"] and "tempering_step_size" not in hints["narrow"]
+    assert "tempering_step_size" not in hints["default"] and "tempering_step_size" not in hints["paper"]
 
 
 def test_single_chain_without_chain_axis_and_pickling():
@@ -226,7 +304,7 @@ def test_abf_keeps_the_running_mean_force_per_bin():
     sums, counts = np.zeros(10), np.zeros(10)
     for _ in range(3000):
         xi = state.xi.clone()
-        j = int(s._bin(xi)[0])
+        j = int(s._bin(xi, state.wall)[0])
         sums[j] += 2.0 * float(coupling_derivative(xi, s.plateau, s.coupling_width, s.coupling_order)[0])
         counts[j] += 1
         state, _ = s.step(state, pot, None)
@@ -234,7 +312,7 @@ def test_abf_keeps_the_running_mean_force_per_bin():
     np.testing.assert_array_equal(visits[0].numpy(), counts)
     seen = counts > 0
     np.testing.assert_allclose(bias[0].numpy()[seen], sums[seen] / counts[seen], rtol=1e-9, atol=1e-12)
-    assert centres.shape == (10,) and float(centres[0]) == pytest.approx(-s.wall + s.wall / 10)
+    assert centres.shape == (10,) and float(centres[0]) == pytest.approx(-state.wall + state.wall / 10)
 
 
 def test_metadynamics_deposits_and_pushes_away():
@@ -255,11 +333,12 @@ def test_metadynamics_deposits_and_pushes_away():
             assert float(bias.sum()) < 0.05 * float(visits.sum())
     bias = torch.zeros(1, 20, dtype=torch.float64)
     bias[0, 10] = 1.0  # a hill in bin 10 pushes points in the neighbouring bins away from it
-    delta = 2 * s.wall / 20
+    W = state.wall
+    delta = 2 * W / 20
 
     def force(position_in_bins):
-        xi = torch.tensor([-s.wall + position_in_bins * delta], dtype=torch.float64)
-        return float(s._bias_force(bias, s._bin(xi), xi))
+        xi = torch.tensor([-W + position_in_bins * delta], dtype=torch.float64)
+        return float(s._bias_force(bias, s._bin(xi, W), xi, W))
 
     assert force(11.2) == pytest.approx(1.0 / delta)  # bin 11, left of its centre: to the right
     assert force(11.8) == 0.0  # right of its centre: the difference with bin 12, flat
@@ -267,7 +346,7 @@ def test_metadynamics_deposits_and_pushes_away():
     assert force(10.2) == pytest.approx(-1.0 / delta) and force(10.7) == pytest.approx(1.0 / delta)  # down the hill
     bias[0, 0] = bias[0, 19] = 5.0  # the end bins have no outer neighbour: no force from beyond the walls
     assert force(0.2) == 0.0 and force(19.9) == 0.0
-    assert int(s._bin(torch.tensor([s.wall]))[0]) == 19 and int(s._bin(torch.tensor([-s.wall]))[0]) == 0
+    assert int(s._bin(torch.tensor([W]), W)[0]) == 19 and int(s._bin(torch.tensor([-W]), W)[0]) == 0
 
 
 def test_abf_lets_the_tempering_variable_wander():

@@ -57,7 +57,8 @@ SAMPLING_DOC = """    sampler : str, Sampler instance or class, default="sghmc"
         about as many steps as the burn-in, ``floor(burn_in / (n_draws *
         steps_per_draw))`` steps apart but at least the sampler's
         ``default_thinning`` (10; 1 for tacthmc, whose candidates are
-        already 250 steps apart); after an explicit ``burn_in``, the
+        already ``steps_per_sample * wall / plateau`` steps apart, 124 for
+        803 weights); after an explicit ``burn_in``, the
         sampler's ``default_thinning``.
     n_chains : int, default=1
         Independent chains. On one device they advance together in one

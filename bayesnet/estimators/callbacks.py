@@ -16,6 +16,7 @@ from skorch.callbacks import Callback
 
 from ..diagnostics import split_rhat
 from ..samplers import DivergenceError
+from ..samplers.base import for_chains
 
 __all__ = ["SamplingProgressBar", "DivergenceMonitor", "DrawQuota"]
 
@@ -310,7 +311,7 @@ class DivergenceMonitor(Callback):
 
     @staticmethod
     def _limit(net, mean, sd, tol):
-        t_low, t_high = net.sampler_.temperature_range()
+        t_low, t_high = for_chains(net.sampler_.temperature_range, net.sampler_state_)
         heat = t_high / t_low if t_low > 0 else 1.0
         D = max(net.posterior_.n_parameters_per_member, 1)
         return mean + (heat - 1.0) * D / 2.0 + tol * heat * sd

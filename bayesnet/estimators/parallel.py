@@ -120,7 +120,7 @@ def fit_groups(net, X, y, classes) -> None:
 
             sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
             for shard in net.shards_:
-                refuse_state_changes(sampler, shard.sampler_)
+                refuse_state_changes(sampler, shard.sampler_, shard.sampler_state_)
         plan = {k: c[k] for c in changes for k in ("n_draws", "thinning", "max_epochs") if k in c}
         if resuming and plan:  # refused before any group changes, so the fit stays as it was
             detail = ", ".join(f"{k}={new!r} (was {was!r})" for k, (new, was) in plan.items())

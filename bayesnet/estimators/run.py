@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import inspect
 import math
@@ -39,6 +40,7 @@ from ..posterior import ChainPosterior
 from ..predictive import PosteriorPredictive
 from ..priors import make_prior
 from ..samplers import ChainRandom, DivergenceError, Sampler, Stat, make_sampler, sampler_class
+from ..samplers.base import for_chains
 from ..trace import StepStats, Trace
 from .callbacks import DivergenceMonitor
 
@@ -313,6 +315,12 @@ def start_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     rng = ChainRandom(net.seed_, plan.layout.chains, net.device_, first_chain=net.first_chain_)
     net.sampler_ = sampler
     net.sampler_state_ = sampler.init(net.posterior_.parameters, rng, n_chains=plan.layout.chains)
+    # the chains' own steps per draw, where init resolved a setting it depends on (tacthmc's wall="auto": the plan,
+    # made before the modules, took the widest well's), and the draws' auto spacing with it, as a continued fit's
+    per_draw = for_chains(sampler.steps_per_draw, net.sampler_state_)
+    if per_draw != plan.steps_per_draw:
+        plan = net.plan_ = dataclasses.replace(plan, steps_per_draw=per_draw,
+                                               thinning=net_thinning(net, type(sampler), plan.burn_in, per_draw))
     S = net.posterior_.n_members
     net.trace_ = Trace(net.n_draws, burn_in=plan.burn_in, thinning=plan.thinning, n_slots=S, chain_axis=True)
     stats = dict(sampler.stats)
@@ -384,13 +392,13 @@ def refuse_changes(changes: dict) -> None:
                      f"with the old value(s); call fit() to start new chains (with warm_start=False).")
 
 
-def refuse_state_changes(sampler, previous) -> None:
-    """Refuse (ValueError) to continue chains of the sampler ``previous`` under ``sampler`` when a setting their
-    state is built on changed (:meth:`~bayesnet.samplers.Sampler.changed_state_settings`: before, a new
-    preconditioner was reported and not applied). Samplers of another class are refused elsewhere."""
+def refuse_state_changes(sampler, previous, state=None) -> None:
+    """Refuse (ValueError) to continue chains of the sampler ``previous`` (their state ``state``) under ``sampler``
+    when a setting their state is built on changed (:meth:`~bayesnet.samplers.Sampler.changed_state_settings`:
+    before, a new preconditioner was reported and not applied). Samplers of another class are refused elsewhere."""
     if type(sampler) is not type(previous):
         return
-    built_on = sampler.changed_state_settings(previous)
+    built_on = for_chains(sampler.changed_state_settings, state, previous)
     if built_on:
         refuse_changes({f"sampler__{k}": v for k, v in built_on.items()})
 
@@ -424,7 +432,7 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     if refused:
         refuse_changes({k: (now[k], old[k]) for k in refused})
     sampler = make_sampler(net.sampler, **net.get_params_for("sampler"))
-    refuse_state_changes(sampler, net.sampler_)
+    refuse_state_changes(sampler, net.sampler_, net.sampler_state_)
     if sampler.members_per_chain() != net.layout_.members_per_chain:
         raise ValueError(f"{continuing_call()} cannot continue chains of {net.layout_.members_per_chain} member(s) "
                          f"with a sampler of {sampler.members_per_chain()}; call fit() (with warm_start=False) to "
@@ -451,13 +459,15 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
         net.prior_ = net.posterior_.prior = prior
         net.sampler_.reset_cache(net.sampler_state_)  # cached potentials were under the old prior
     # the potential's level under the warm-up's posterior is no reference for another prior, temperature or data
-    new_level = prior is not None or previous.temperature_range() != net.sampler_.temperature_range()
+    new_level = prior is not None or for_chains(previous.temperature_range, net.sampler_state_) != for_chains(
+        net.sampler_.temperature_range, net.sampler_state_)
     for key in ("noise_shape", "noise_scale"):
         if key in changed:
             setattr(net.criterion_, key, float(now[key]))
     # the draws' spacing as a new plan would resolve it (make_plan, below, for a completed run): an auto thinning
-    # also follows the sampler's steps per draw (tacthmc's steps_per_sample), not only n_draws
-    thinning = net_thinning(net, type(net.sampler_), net.trace_.burn_in, net.sampler_.steps_per_draw())
+    # also follows the sampler's steps per draw (tacthmc's steps_per_sample, and its chains' walls), not only n_draws
+    per_draw = for_chains(net.sampler_.steps_per_draw, net.sampler_state_)
+    thinning = net_thinning(net, type(net.sampler_), net.trace_.burn_in, per_draw)
     replanned = int(net.n_draws) != net.trace_.n_draws or thinning != net.trace_.thinning
     if replanned:
         net.trace_.reconfigure(n_draws=int(net.n_draws), thinning=thinning)
@@ -489,7 +499,10 @@ def continue_chains(net, X: np.ndarray, y: np.ndarray) -> None:
     # after the chains' burn-in, as a fresh plan's do (a run that max_epochs cut inside it, then continued with
     # max_epochs=None, took its n_draws * thinning steps from where it stood, most of them still burn-in, and ended
     # short again: a helper's user test, 8 of 20 draws)
-    plan = make_plan(net, len(X), burn_in=net.plan_.burn_in)  # (the chains' burn-in, not one for the new data)
+    # (the chains' burn-in, not one for the new data; their steps per draw and the trace's spacing, not the plan's,
+    # made before a setting resolved by init such as tacthmc's walls: as start_chains replaces them)
+    plan = dataclasses.replace(make_plan(net, len(X), burn_in=net.plan_.burn_in), steps_per_draw=per_draw,
+                               thinning=thinning)
     if net.max_epochs is not None:
         net.steps_planned_total_ = step + plan.n_steps
     else:
@@ -510,7 +523,7 @@ def _resumed_length(net, step: int) -> int:
     start = getattr(net, "kept_at_call_start_", None)
     kept = trace.kept_per_slot - (start if start is not None and len(start) == len(trace.kept_per_slot) else 0)
     missing = max(int(net.n_draws) - int(kept[active].min()), 0)
-    per_draw = net.sampler_.steps_per_draw()
+    per_draw = for_chains(net.sampler_.steps_per_draw, net.sampler_state_)
     if per_draw > 1:
         return max(step, trace.burn_in) + int(math.ceil(missing * trace.thinning * per_draw))
     if missing == 0:
@@ -1033,7 +1046,7 @@ def convergence_messages(net, state) -> list[str]:
         rising, modes = trend_or_modes(ll)
         quarters = ll.get("quarters") if ll is not None else None
         own = ll.get("rhat_per_chain") if ll is not None else None
-        low, high = net.sampler_.temperature_range()
+        low, high = for_chains(net.sampler_.temperature_range, net.sampler_state_)
         tempers = high > low
         why = (f"The training log-likelihood was still rising while the draws were kept (its mean over each quarter "
                f"of the draws, summed over {ll['rows']} training rows: "

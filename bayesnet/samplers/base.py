@@ -26,6 +26,7 @@ What a kernel declares, so that the estimators never look behind it:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field, fields
 from numbers import Real
 from typing import Any, ClassVar, Protocol, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "Sampler",
     "DivergenceError",
     "state_fields",
+    "for_chains",
 ]
 
 
@@ -376,10 +378,11 @@ class Sampler(BaseEstimator):
         ensemble walkers (eqn) that make up one chain."""
         return 1
 
-    def steps_per_draw(self) -> float:
+    def steps_per_draw(self, state: SamplerState | None = None) -> float:
         """Expected number of steps per candidate draw (``StepInfo.is_draw``); 1 unless the sampler collects
         only some of its steps, as TACT-HMC does. The estimators plan the run length with it and, when it is
-        above 1, stop early once the draws are collected."""
+        above 1, stop early once the draws are collected. ``state``: for the chains of that state, where a
+        setting is resolved by :meth:`init` (tacthmc's ``wall="auto"``); without it, at most any chain's."""
         return 1.0
 
     def target_temperature(self) -> float | None:
@@ -406,10 +409,11 @@ class Sampler(BaseEstimator):
         spread."""
         return float(getattr(self, "temperature", 1.0)) if self.gradients_at_positions else None
 
-    def temperature_range(self) -> tuple[float, float]:
+    def temperature_range(self, state: SamplerState | None = None) -> tuple[float, float]:
         """The lowest and highest temperature the positions are sampled at (tempering samplers heat some of
         their steps or replicas); the estimators' divergence monitor allows the potential the rise that
-        heating brings."""
+        heating brings. ``state``: for the chains of that state, where a setting is resolved by :meth:`init`
+        (tacthmc's ``wall="auto"``); without it, the widest range any chain can have."""
         t = getattr(self, "temperature", 1.0)
         t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 1.0
         return t, t
@@ -477,10 +481,11 @@ class Sampler(BaseEstimator):
     #: which the state would otherwise keep in its old form while the sampler reported the new one
     state_settings: ClassVar[tuple[str, ...]] = ("preconditioner",)
 
-    def changed_state_settings(self, previous: "Sampler") -> dict[str, tuple]:
+    def changed_state_settings(self, previous: "Sampler", state: "SamplerState | None" = None) -> dict[str, tuple]:
         """The settings in :attr:`state_settings` that differ from those of ``previous`` (the sampler the chains
         ran), ``{name: (new, old)}``; a continued fit refuses them. A preconditioner given another name for the same
-        mass matrix ("auto" and "diagonal" with ``step_size="auto"``) is no change."""
+        mass matrix ("auto" and "diagonal" with ``step_size="auto"``) is no change. ``state``, the chains' (where
+        the caller has it), lets a sampler compare a setting with the value ``init`` resolved (tacthmc's walls)."""
         out = {}
         for name in self.state_settings:
             new, old = getattr(self, name, None), getattr(previous, name, None)
@@ -524,7 +529,7 @@ class Sampler(BaseEstimator):
         before = state.made_with
         if before is not None and now != before:
             previous = type(self)(**before)
-            refused = self.changed_state_settings(previous)
+            refused = for_chains(self.changed_state_settings, state, previous)
             if self.members_per_chain() != previous.members_per_chain():
                 refused["members per chain"] = (self.members_per_chain(), previous.members_per_chain())
             if refused:
@@ -836,3 +841,13 @@ class Sampler(BaseEstimator):
 def state_fields(state: SamplerState) -> list[str]:
     """Names of a state's fields (for tests and serialisation)."""
     return [f.name for f in fields(state)]
+
+
+def for_chains(method, state: SamplerState | None, *args):
+    """``method(*args, state=state)`` for a sampler's :meth:`~Sampler.steps_per_draw`,
+    :meth:`~Sampler.temperature_range` or :meth:`~Sampler.changed_state_settings`, the answer for the chains of
+    ``state``; ``method(*args)`` where it takes no state (a registered sampler written before the argument existed
+    still runs)."""
+    if state is not None and "state" in inspect.signature(method).parameters:
+        return method(*args, state=state)
+    return method(*args)

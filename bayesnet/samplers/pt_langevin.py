@@ -358,8 +358,8 @@ class PTLangevin(Sampler):
         """The ``n_replicas`` replicas that make up one chain."""
         return int(self.n_replicas)
 
-    def changed_state_settings(self, previous: Sampler) -> dict[str, tuple]:
-        out = super().changed_state_settings(previous)
+    def changed_state_settings(self, previous: Sampler, state=None) -> dict[str, tuple]:
+        out = super().changed_state_settings(previous, state)
         if "max_temperature" in out and geometric_ladder(self.n_replicas, self.max_temperature) == geometric_ladder(
                 previous.n_replicas, previous.max_temperature):  # (one replica: the ladder is [1] whatever it says)
             del out["max_temperature"]
@@ -385,7 +385,7 @@ class PTLangevin(Sampler):
         """``(1, 1)`` with ``tempered="likelihood"`` (the prior is not tempered), else :meth:`temperature_range`."""
         return (1.0, 1.0) if self.tempered == "likelihood" else self.temperature_range()
 
-    def temperature_range(self) -> tuple[float, float]:
+    def temperature_range(self, state: PTLangevinState | None = None) -> tuple[float, float]:
         # the ladder's ends (one replica: the ladder is [1], no tempering, whatever max_temperature says)
         ladder = geometric_ladder(self.n_replicas, self.max_temperature)
         return float(min(ladder)), float(max(ladder))

@@ -28,7 +28,9 @@ __all__ = ["TACTHMC", "TACTHMCState", "coupling", "coupling_derivative"]
 class TACTHMCState(MomentumState):
     """:class:`MomentumState` plus, per chain (shape ``(C,)``, ``()`` without a chain axis): the tempering
     variable ``xi`` and its momentum, the two thermostats, the biasing table and bin histogram
-    (``(C, n_bins)``), the count of steps at unit temperature; and the resolved ``tempering_step_size``."""
+    (``(C, n_bins)``), the count of steps at unit temperature; and the resolved ``tempering_step_size``,
+    ``tempering_noise`` and ``wall`` (None in a state pickled before those settings were resolved: the noise is
+    then resolved from the sampler's own setting, the walls are those the chain was made with)."""
 
     xi: Tensor
     xi_momentum: Tensor
@@ -38,7 +40,19 @@ class TACTHMCState(MomentumState):
     bin_visits: Tensor
     plateau_steps: Tensor
     tempering_step_size: float
+    tempering_noise: float | None = None
+    wall: float | None = None
 
+
+#: the paper's tempering step size and noise level for its networks (Luo et al. 2018 Sec. 5.2: eta_xi = 1.5e-3,
+#: c_xi = 0.05): the scale from which ``tempering_step_size="auto"`` and ``tempering_noise="auto"`` are derived
+PAPER_TEMPERING_STEP_SIZE = 1.5e-3
+PAPER_TEMPERING_NOISE = 0.05
+#: the paper's walls of the confining well (Luo et al. 2018 (supplement) Appendix A: temperatures up to 9)
+PAPER_WALL = 5.0 / 3.0
+#: the heat of the paper's well, ``T_max / T - 1`` = 8 at its walls: ``wall="auto"`` heats a ``D``-parameter model by
+#: ``PAPER_HEAT * sqrt(min(1, 2 / D))``, the paper's well for its 1-D and 2-D targets
+PAPER_HEAT = 8.0
 
 #: the coupling below which a chain put back at the plateau's centre at the warm-up's final window has its
 #: thermostat capped as a descent's (:meth:`TACTHMC._step`): its temperature was more than 1/0.9 of the target
@@ -68,9 +82,21 @@ def coupling_derivative(xi: Tensor, plateau: float, width: float, order: int) ->
     return torch.where(s > 0, -torch.sign(xi) * slope, torch.zeros_like(xi))
 
 
+def _auto_wall(dim: int, plateau: float, width: float, order: int) -> float:
+    """``wall="auto"`` for ``dim`` parameters per chain: where the coupling's temperature reaches
+    ``1 + PAPER_HEAT * sqrt(min(1, 2 / dim))`` (5/3 with the default coupling for ``dim <= 2``)."""
+    heat = PAPER_HEAT * math.sqrt(min(1.0, 2.0 / max(int(dim), 1)))
+    return plateau + (width - plateau) * heat ** (1.0 / order)
+
+
+def _auto_tempering_noise(eta_xi: float) -> float:
+    """``tempering_noise="auto"`` at the tempering step size ``eta_xi``: ``0.05 * sqrt(eta_xi / 1.5e-3)``."""
+    return PAPER_TEMPERING_NOISE * math.sqrt(float(eta_xi) / PAPER_TEMPERING_STEP_SIZE)
+
+
 def _auto_tempering_step_size(dim: int) -> float:
     """``tempering_step_size="auto"`` for ``dim`` parameters per chain: ``1.5e-3 * min(1, 2 / dim) ** 2``."""
-    return 1.5e-3 * min(1.0, 2.0 / max(int(dim), 1)) ** 2
+    return PAPER_TEMPERING_STEP_SIZE * min(1.0, 2.0 / max(int(dim), 1)) ** 2
 
 
 @register_sampler
@@ -81,7 +107,7 @@ class TACTHMC(Sampler):
     scalar tempering variable :math:`\xi` (momentum :math:`r_\xi`) through the
     extended Hamiltonian :math:`H = \lambda(\xi) U(\theta) + W(\xi) + \ldots`
     (Luo et al. 2018 eq. 4): the effective temperature of :math:`\theta` is
-    :math:`T/\lambda(\xi)`, which rises up to ``max_temperature`` as
+    :math:`T/\lambda(\xi)`, which rises up to :meth:`highest_temperature` as
     :math:`\xi` leaves the plateau :math:`|\xi| \le \xi_0` and lets the chain
     cross energy barriers between modes. Each of :math:`\theta` and
     :math:`\xi` has a scalar Nosé-Hoover thermostat (:math:`z_\theta`,
@@ -144,7 +170,8 @@ class TACTHMC(Sampler):
         ``1.5e-3 * min(1, 2 / D) ** 2`` with ``D`` the number of parameters
         per chain, resolved by :meth:`init`: the paper's value for the 1-D
         and 2-D targets of Sec. 5.1, 2.1e-8 for a 530-weight network. Measured
-        on that network (breast cancer, batch 64, 1e5 steps): with 2.1e-8
+        on that network in the paper's well with ``tempering_noise=0.05``
+        (breast cancer, batch 64, 1e5 steps): with 2.1e-8
         :math:`\xi` leaves the plateau after 8e3 steps, lingers at
         temperatures 1.05-1.5 and is back after 8.5e4 steps (15 % of the steps
         at unit temperature); with 1e-8 it goes back and forth several times
@@ -157,8 +184,24 @@ class TACTHMC(Sampler):
     noise : float, default=0.05
         :math:`c_\theta \ge 0`, level of the injected noise on
         :math:`r_\theta`; also the initial value of :math:`z_\theta` (line 1).
-    tempering_noise : float, default=0.05
-        :math:`c_\xi \ge 0`, likewise for :math:`\xi`.
+    tempering_noise : float or "auto", default="auto"
+        :math:`c_\xi \ge 0`, likewise for :math:`\xi` (and the initial
+        :math:`z_\xi`). "auto" is the paper's 0.05 at its
+        ``tempering_step_size`` 1.5e-3, carried to the resolved
+        :math:`\eta_\xi` as a change of :math:`\xi`'s time step:
+        ``0.05 * sqrt(tempering_step_size / 1.5e-3)`` (0.05 for the 1-D and
+        2-D targets of Sec. 5.1, 1.2e-4 for an 803-weight network). In Sec.
+        3.3's variables :math:`\eta_\xi = \Delta t^2/m_\xi` and
+        :math:`c_\xi, z_\xi` are frictions times :math:`\Delta t`: a
+        smaller "auto" step size slows :math:`\xi`'s velocity by
+        :math:`\sqrt{\eta_\xi}`, and a friction per step kept at 0.05 then
+        turned its motion into a slow diffusion (its velocity forgotten
+        within 20 steps). Measured on iris's 803-weight MLP (seed 2 of the
+        defaults panel): off the plateau, :math:`\xi` stayed between 0.6 and
+        0.9 for the 74,000 steps left of the run (78,003 steps, 65 of 100
+        draws); with the walls at 1 the run collected its draws in 31,500
+        steps at 0.05 and 12,700 at "auto", and with ``wall="auto"`` (0.824
+        there) in 12,400 steps.
     thermal_inertia : float, default=1.0
         :math:`\gamma_\theta > 0`.
     tempering_thermal_inertia : float, default=1.0
@@ -173,12 +216,35 @@ class TACTHMC(Sampler):
         :math:`\xi_1 > \xi_0`, where the effective temperature reaches 2.
     coupling_order : int, default=3
         Exponent :math:`n \ge 1` of the coupling function.
-    wall : float, default=5/3
+    wall : float or "auto", default="auto"
         Position :math:`W_0 > \xi_0` of the infinite walls of the confining
         well :math:`W(\xi)`; the highest effective temperature is
-        ``max_temperature = 1 + ((wall - plateau) / (coupling_width - plateau)) ** coupling_order``
-        (9 with the defaults) and the expected fraction of steps on the
-        plateau, Appendix A's efficiency, is ``plateau / wall`` (20 %).
+        ``T * (1 + ((wall - plateau) / (coupling_width - plateau)) ** coupling_order)``
+        and the expected fraction of steps on the plateau, Appendix A's
+        efficiency, is ``plateau / wall``. The paper's well is 5/3
+        (temperature 9, 20 % on the plateau; :meth:`from_specification`
+        builds it). "auto" puts the walls where the temperature is
+        ``temperature * (1 + 8 sqrt(min(1, 2 / D)))`` for ``D`` parameters per
+        chain, resolved by :meth:`init`: the paper's 5/3 for the 1-D and 2-D
+        targets of Sec. 5.1, 0.824 for an 803-weight network (temperature 1.4,
+        40 % on the plateau). The potential of a ``D``-parameter model rises
+        by about :math:`D/2` per unit of temperature and fluctuates by about
+        :math:`\sqrt{D/2}`: at the walls "auto" raises its mean by 8 of its
+        own standard deviations, as the paper's well does at ``D = 2``. For a
+        network the paper's well raises it by :math:`8\sqrt{D/2}` of them
+        (160 for 803 weights), and the biasing force must then flatten a
+        free energy of about :math:`(D/2)\log T_{max}` (880 units for 803
+        weights) to within one unit from its own samples. Measured on iris's
+        803-weight MLP (the defaults panel's splits, seeds 2 and 3, whose
+        tempering variable leaves the plateau): in the paper's well the learnt
+        force matched the equilibrium mean force to 1-3 %, and the residual,
+        tens of units of free energy, held :math:`\xi` at temperatures 2.5-9
+        for 50,000 steps and more (78,003 steps and 65 of 100 draws; 69,050
+        steps); with "auto" it went out to the walls and back, and every draw
+        was collected within 12,400 and 11,550 steps at the same log loss
+        (``benchmarks/tacthmc_defaults.py``). A continued chain keeps the walls
+        it was made with; the well cannot change under it (a new number is
+        refused, "auto" keeps them).
     biasing : {"abf", "metadynamics", None}, default="abf"
         How the free energy of :math:`\xi` is flattened: the adaptive
         biasing force of Sec. 3.2-3.3, the metadynamics of Luo et al. 2018 (supplement)
@@ -280,13 +346,14 @@ class TACTHMC(Sampler):
     state_class = TACTHMCState
     _parameter_constraints = {
         **{key: [Interval(Real, 0, np.inf, closed="neither")] for key in (
-            "thermal_inertia", "tempering_thermal_inertia", "plateau", "coupling_width", "wall",
+            "thermal_inertia", "tempering_thermal_inertia", "plateau", "coupling_width",
             "metadynamics_height", "temperature")},
+        "wall": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "preconditioner": [StrOptions({"auto", "diagonal", "layer"}), None],
         "adaptation_steps": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "noise": [Interval(Real, 0, np.inf, closed="left")],
-        "tempering_noise": [Interval(Real, 0, np.inf, closed="left")],
+        "tempering_noise": [Interval(Real, 0, np.inf, closed="left"), StrOptions({"auto"})],
         "tempering_step_size": [Interval(Real, 0, np.inf, closed="neither"), StrOptions({"auto"})],
         "steps_per_sample": [Interval(Integral, 1, None, closed="left")],
         "coupling_order": [Interval(Integral, 1, None, closed="left")],
@@ -300,9 +367,10 @@ class TACTHMC(Sampler):
     }
 
     def __init__(self, step_size: float | str = "auto", tempering_step_size: float | str = "auto", noise: float = 0.05,
-                 tempering_noise: float = 0.05, thermal_inertia: float = 1.0, tempering_thermal_inertia: float = 1.0,
+                 tempering_noise: float | str = "auto", thermal_inertia: float = 1.0,
+                 tempering_thermal_inertia: float = 1.0,
                  steps_per_sample: int = 50, plateau: float = 1.0 / 3.0, coupling_width: float = 1.0,
-                 coupling_order: int = 3, wall: float = 5.0 / 3.0, biasing: str | None = "abf", n_bins: int = 50,
+                 coupling_order: int = 3, wall: float | str = "auto", biasing: str | None = "abf", n_bins: int = 50,
                  metadynamics_height: float = 0.1, metadynamics_bias_temperature: float | None = None,
                  resample_momentum: bool = False, temperature: float = 1.0, tempering: bool = True,
                  thermostats: bool = True, friction_step: str = "exact", preconditioner: str | None = "auto",
@@ -342,7 +410,7 @@ class TACTHMC(Sampler):
         if self.coupling_width <= self.plateau:
             raise ValueError(f"{self.name}: coupling_width ({self.coupling_width}) must exceed plateau "
                              f"({self.plateau}).")
-        if self.wall <= self.plateau:
+        if self.wall != "auto" and self.wall <= self.plateau:
             raise ValueError(f"{self.name}: wall ({self.wall}) must exceed plateau ({self.plateau}), or the "
                              "tempering variable can never leave unit temperature.")
 
@@ -354,7 +422,7 @@ class TACTHMC(Sampler):
         E.g. the MLP/EMNIST setting of Sec. 5.2 is
         ``TACTHMC.from_specification([0.0015, 0.0015, 0.05, 0.05, 1.0, 1.0, 50])``.
         ``params`` set the other hyperparameters; ``friction_step`` is the
-        paper's "euler" unless ``params`` say otherwise.
+        paper's "euler" and ``wall`` the paper's 5/3 (Appendix A) unless ``params`` say otherwise.
 
         Raises
         ------
@@ -369,30 +437,54 @@ class TACTHMC(Sampler):
                 "tempering_thermal_inertia", "steps_per_sample")
         if isinstance(spec[6], float) and spec[6].is_integer():
             spec[6] = int(spec[6])
-        return cls.from_params(**dict(zip(keys, spec)), **{"friction_step": "euler", **params})
+        return cls.from_params(**dict(zip(keys, spec)), **{"friction_step": "euler", "wall": PAPER_WALL, **params})
 
-    @property
-    def max_temperature(self) -> float:
-        """Highest effective temperature :math:`T/\\lambda(W_0)` (9 with the defaults)."""
-        s = (self.wall - self.plateau) / (self.coupling_width - self.plateau)
+    def chain_wall(self, state: TACTHMCState | None = None) -> float:
+        """The walls :math:`W_0` of the chains of ``state`` (resolved by :meth:`init`); without a state, ``wall``,
+        and for "auto" the widest well it resolves to (a model of one or two parameters: 5/3 with the default
+        coupling), which bounds every chain's."""
+        if state is not None:
+            return self._wall(state)
+        return self.resolve_wall(1)
+
+    def highest_temperature(self, state: TACTHMCState | None = None) -> float:
+        """The effective temperature :math:`T/\\lambda(W_0)` at the walls (:meth:`chain_wall`)."""
+        return self._temperature_at(self.chain_wall(state))
+
+    def _temperature_at(self, wall: float) -> float:
+        s = (wall - self.plateau) / (self.coupling_width - self.plateau)
         return self.temperature * (1.0 + s**self.coupling_order)
 
     @property
-    def expected_plateau_fraction(self) -> float:
-        """Appendix A's efficiency ``plateau / wall``: the fraction of steps at unit temperature when the
-        biasing makes :math:`\\xi` uniform on the well (20 % with the defaults)."""
-        return self.plateau / self.wall if self.tempering else 1.0
+    def max_temperature(self) -> float:
+        """Highest effective temperature :math:`T/\\lambda(W_0)` of any chain (9 in the paper's well, which
+        ``wall="auto"`` gives a model of one or two parameters; a network's chains: :meth:`highest_temperature`
+        of their state)."""
+        return self.highest_temperature()
 
-    def steps_per_draw(self) -> float:
-        """Expected number of steps between two collected samples, ``K / expected_plateau_fraction``."""
-        return self.steps_per_sample / self.expected_plateau_fraction
+    def ideal_plateau_fraction(self, state: TACTHMCState | None = None) -> float:
+        """Appendix A's efficiency ``plateau / wall`` for the chains of ``state`` (:meth:`chain_wall`): the
+        fraction of steps at unit temperature when the biasing makes :math:`\\xi` uniform on the well."""
+        return self.plateau / self.chain_wall(state) if self.tempering else 1.0
+
+    @property
+    def expected_plateau_fraction(self) -> float:
+        """:meth:`ideal_plateau_fraction` without a state: 20 % in the paper's well (and ``wall="auto"``'s least)."""
+        return self.ideal_plateau_fraction()
+
+    def steps_per_draw(self, state: TACTHMCState | None = None) -> float:
+        """Expected number of steps between two collected samples, ``K / ideal_plateau_fraction(state)``; without a
+        state (the estimators' plan, made before :meth:`init` resolves ``wall="auto"``) at most that of any
+        chain."""
+        return self.steps_per_sample / self.ideal_plateau_fraction(state)
 
     # ------------------------------------------------------------------ #
     def target_temperature(self) -> float:
         return float(self.temperature)
 
-    def temperature_range(self) -> tuple[float, float]:
-        return float(self.temperature), float(self.max_temperature) if self.tempering else float(self.temperature)
+    def temperature_range(self, state: TACTHMCState | None = None) -> tuple[float, float]:
+        T = float(self.temperature)
+        return T, float(self.highest_temperature(state)) if self.tempering else T
 
     fallback_step_size = 1e-4
     member_potentials = True  # (the tempering variable's force reads each member's potential)
@@ -412,7 +504,7 @@ class TACTHMC(Sampler):
         mask = mask_like(members, state.xi)
         state.thermostat = torch.where(mask, torch.full_like(state.thermostat, float(self.noise)), state.thermostat)
         state.tempering_thermostat = torch.where(mask, torch.full_like(state.tempering_thermostat,
-                                                                       float(self.tempering_noise)),
+                                                                       self._tempering_noise(state)),
                                                  state.tempering_thermostat)
         state.xi = torch.where(mask, torch.zeros_like(state.xi), state.xi)
         state.xi_momentum = torch.where(mask, torch.zeros_like(state.xi_momentum), state.xi_momentum)
@@ -464,6 +556,8 @@ class TACTHMC(Sampler):
         flat = normal_flat(rng, layout, sum(p.numel() for p in position), first.dtype).clone()
         dim = sum(p.numel() for p in position) // layout.chains
         eta_xi = self.resolve_tempering_step_size(dim)
+        c_xi = self.resolve_tempering_noise(eta_xi)
+        wall = self.resolve_wall(dim)
         r_xi = rng.normal(1, first.dtype).reshape(shape) * math.sqrt(eta_xi * T)
         if not self.tempering:
             r_xi.zero_()
@@ -471,11 +565,44 @@ class TACTHMC(Sampler):
             position=position, layout=layout, rng=rng, momentum=momentum_views(flat, position), flat_momentum=flat,
             precond=precond, xi=torch.zeros(shape, **opts), xi_momentum=r_xi,
             thermostat=torch.full(shape, float(self.noise), **opts),
-            tempering_thermostat=torch.full(shape, float(self.tempering_noise), **opts),
+            tempering_thermostat=torch.full(shape, c_xi, **opts),
             bias=torch.zeros(shape + (self.n_bins,), **opts), bin_visits=torch.zeros(shape + (self.n_bins,), **opts),
-            plateau_steps=torch.zeros(shape, **opts), tempering_step_size=eta_xi)
+            plateau_steps=torch.zeros(shape, **opts), tempering_step_size=eta_xi, tempering_noise=c_xi,
+            wall=wall)
         flat.mul_(self.momentum_std(state))
         return state
+
+    def resolve_wall(self, dim: int) -> float:
+        """:math:`W_0` for a model with ``dim`` parameters per chain (see ``wall``)."""
+        if self.wall == "auto":
+            return _auto_wall(dim, float(self.plateau), float(self.coupling_width), int(self.coupling_order))
+        return float(self.wall)
+
+    def _wall(self, state: TACTHMCState) -> float:
+        # a state pickled before wall was resolved at init holds None: its chains were made with a number, which
+        # their made_with records (read before adopt() replaces made_with)
+        if state.wall is None:
+            made = (state.made_with or {}).get("wall", self.wall)
+            state.wall = float(made) if made != "auto" else self.resolve_wall(state.flat_momentum.shape[-1])
+        return state.wall
+
+    def adopt(self, state: TACTHMCState) -> None:
+        self._wall(state)  # (the walls the chain was made with, before made_with records the new settings)
+        super().adopt(state)
+
+    def changed_state_settings(self, previous: Sampler, state: TACTHMCState | None = None) -> dict[str, tuple]:
+        """As :meth:`Sampler.changed_state_settings`; ``wall="auto"`` on a continued chain keeps the walls it was
+        made with (resolved at :meth:`init`), so it is no change, nor is the number of the chains' own walls
+        (``state``); another number is refused, naming the chains' walls."""
+        out = super().changed_state_settings(previous, state)
+        if "wall" in out:
+            new = out["wall"][0]
+            own = None if state is None else self._wall(state)
+            if new == "auto" or (own is not None and float(new) == own):
+                del out["wall"]
+            elif own is not None:
+                out["wall"] = (new, own)
+        return out
 
     def resolve_tempering_step_size(self, dim: int) -> float:
         """:math:`\\eta_\\xi` for a model with ``dim`` parameters per chain (see ``tempering_step_size``)."""
@@ -483,19 +610,26 @@ class TACTHMC(Sampler):
             return _auto_tempering_step_size(dim)
         return float(self.tempering_step_size)
 
-    def _bin(self, xi: Tensor) -> Tensor:
-        width = 2.0 * self.wall / self.n_bins
-        return ((xi + self.wall) / width).floor().long().clamp_(0, self.n_bins - 1)
+    def resolve_tempering_noise(self, eta_xi: float) -> float:
+        r""":math:`c_\xi` for the tempering step size ``eta_xi`` (see ``tempering_noise``): "auto" is the paper's
+        0.05 at the paper's 1.5e-3, time-rescaled, ``0.05 * sqrt(eta_xi / 1.5e-3)``."""
+        if self.tempering_noise == "auto":
+            return _auto_tempering_noise(eta_xi)
+        return float(self.tempering_noise)
 
-    def _bias_force(self, bias: Tensor, j: Tensor, xi: Tensor) -> Tensor:
+    def _bin(self, xi: Tensor, wall: float) -> Tensor:
+        width = 2.0 * wall / self.n_bins
+        return ((xi + wall) / width).floor().long().clamp_(0, self.n_bins - 1)
+
+    def _bias_force(self, bias: Tensor, j: Tensor, xi: Tensor, wall: float) -> Tensor:
         """:math:`\\delta A` of line 7 for the bin ``j`` that holds ``xi``."""
         if self.biasing is None:
             return torch.zeros_like(xi)
         if self.biasing == "abf":
             return bias.gather(-1, j.unsqueeze(-1)).squeeze(-1)
         # metadynamics, Luo et al. 2018 (supplement) Appendix B: -dA/dxi by a one-sided difference towards xi's side of the centre
-        delta = 2.0 * self.wall / self.n_bins
-        centre = -self.wall + (j.to(xi.dtype) + 0.5) * delta
+        delta = 2.0 * wall / self.n_bins
+        centre = -wall + (j.to(xi.dtype) + 0.5) * delta
         upper = torch.where(xi >= centre, (j + 1).clamp(max=self.n_bins - 1), j)
         lower = torch.where(xi >= centre, j, (j - 1).clamp(min=0))
         a_hi = bias.gather(-1, upper.unsqueeze(-1)).squeeze(-1)
@@ -522,7 +656,7 @@ class TACTHMC(Sampler):
     # major or ``(D,)``, every per-chain quantity ``(C,)`` or ``()``.
 
     def _before_gradient(self, flat: Tensor, weight: Tensor, xi: Tensor, r_xi: Tensor, z_theta: Tensor,
-                         z_xi: Tensor, eta: Tensor, eta_xi: float, bias: Tensor) -> tuple:
+                         z_xi: Tensor, eta: Tensor, eta_xi: float, bias: Tensor, wall: float) -> tuple:
         """Lines 4-8: the coupling ``(lam, dlam)``, the kinetic temperature, the thermostats' new values, the
         bin of ``xi`` and its biasing force."""
         T = self.temperature
@@ -535,13 +669,13 @@ class TACTHMC(Sampler):
         if self.thermostats:  # line 6 in kinetic-temperature form: r'r/D - eta T = eta (T_kin - T) for M = I
             z_xi = z_xi + dlam * dlam * (r_xi * r_xi - eta_xi * T) / self.tempering_thermal_inertia
             z_theta = z_theta + lam * lam * eta * (t_kin - T) / self.thermal_inertia
-        j = self._bin(xi)
-        return lam, dlam, t_kin, z_theta, z_xi, j, self._bias_force(bias, j, xi)
+        j = self._bin(xi, wall)
+        return lam, dlam, t_kin, z_theta, z_xi, j, self._bias_force(bias, j, xi, wall)
 
     def _after_gradient(self, flat: Tensor, grad: Tensor, value: Tensor, xi: Tensor, r_xi: Tensor,
                         z_theta: Tensor, z_xi: Tensor, bias: Tensor, visits: Tensor, lam: Tensor, dlam: Tensor,
-                        j: Tensor, delta_a: Tensor, eta_xi: float, kick: Tensor, noise_scale: Tensor,
-                        noise: Tensor, xi_kick: Tensor, in_place: bool = False) -> tuple:
+                        j: Tensor, delta_a: Tensor, eta_xi: float, c_xi: float, wall: float, kick: Tensor,
+                        noise_scale: Tensor, noise: Tensor, xi_kick: Tensor, in_place: bool = False) -> tuple:
         """Lines 9-14 given the gradient ``grad`` (laid out as ``flat``) and the potential ``value`` per chain:
         the new ``(flat, xi, r_xi, bias, visits)``; ``in_place`` updates ``flat`` itself (the eager step: the same
         operations, no temporaries of its size), else a new tensor (the pure one)."""
@@ -549,7 +683,7 @@ class TACTHMC(Sampler):
         lam2, dlam2 = lam * lam, dlam * dlam
         exact = self.friction_step == "exact"  # the friction's exact flow e^-x, or the paper's Euler step 1 - x
         if self.tempering:  # line 9: tempering momentum
-            force = dlam * (eta_xi * value + math.sqrt(2.0 * self.tempering_noise * eta_xi * T) * xi_kick)
+            force = dlam * (eta_xi * value + math.sqrt(2.0 * c_xi * eta_xi * T) * xi_kick)
             if exact:
                 r_xi = friction_flow(dlam2 * z_xi) * r_xi - force + eta_xi * delta_a
             else:  # (the paper's order of operations)
@@ -568,7 +702,7 @@ class TACTHMC(Sampler):
             bias, visits = self._updated_bias(bias, visits, j, dlam * value)  # line 11
             # lines 12-14: move xi inside the infinite well; on leaving it, reverse the velocity and undo the move
             moved = xi + r_xi
-            outside = moved.abs() > self.wall
+            outside = moved.abs() > wall
             r_xi, xi = torch.where(outside, -r_xi, r_xi), torch.where(outside, xi, moved)
         return flat, xi, r_xi, bias, visits
 
@@ -594,6 +728,12 @@ class TACTHMC(Sampler):
         if self.tempering_step_size != "auto":  # a value set on a continuing chain takes effect
             state.tempering_step_size = float(self.tempering_step_size)
         return state.tempering_step_size
+
+    def _tempering_noise(self, state: TACTHMCState) -> float:
+        # resolved at every step from the chain's tempering step size, which a continuing chain may have changed (a
+        # state pickled before this setting existed holds None here)
+        state.tempering_noise = self.resolve_tempering_noise(state.tempering_step_size)
+        return state.tempering_noise
 
     def _tempering_paused(self, state: TACTHMCState) -> bool:
         r"""Whether this step belongs to the warm-up's final window, which runs the kernel with the tempering
@@ -632,12 +772,12 @@ class TACTHMC(Sampler):
                 if warm.hot_descent is not None:  # (None: no check yet, every member capped)
                     warm.hot_descent = warm.hot_descent | hot
             state.xi, state.xi_momentum = torch.zeros_like(state.xi), torch.zeros_like(state.xi_momentum)
-        eta_xi = self._tempering_step_size(state)
+        eta_xi, c_xi, wall = self._tempering_step_size(state), self._tempering_noise(state), self._wall(state)
         kick, noise_scale, weight = self._scales(state)
         flat, xi = state.flat_momentum, state.xi
         lam, dlam, t_kin, z_theta, z_xi, j, delta_a = self._before_gradient(
             flat, weight, xi, state.xi_momentum, state.thermostat, state.tempering_thermostat,
-            state.precond.step_size, eta_xi, state.bias)
+            state.precond.step_size, eta_xi, state.bias, wall)
         if state.warmup is not None:  # (lam <= 1: the friction step lam^2 z_theta stays at most 1; warmup.py)
             z_theta = clamp_friction(state, z_theta)
         state.thermostat, state.tempering_thermostat = z_theta, z_xi
@@ -647,7 +787,8 @@ class TACTHMC(Sampler):
         table = state.bias, state.bin_visits
         _, state.xi, state.xi_momentum, state.bias, state.bin_visits = self._after_gradient(
             flat, flatten(grad, state.layout), value, xi, state.xi_momentum, z_theta, z_xi, state.bias,
-            state.bin_visits, lam, dlam, j, delta_a, eta_xi, kick, noise_scale, noise, xi_kick, in_place=True)
+            state.bin_visits, lam, dlam, j, delta_a, eta_xi, c_xi, wall, kick, noise_scale, noise, xi_kick,
+            in_place=True)
         torch._foreach_add_(state.position, state.momentum)  # line 15
         if paused:  # (the biasing table as it was: metadynamics would pile a hill per held step on the centre's
             # bin, and a bin straddling the plateau's edge would average in the held steps' zero force)
@@ -687,34 +828,34 @@ class TACTHMC(Sampler):
 
     def pure_transition(self, potentials, layout: ChainLayout):
         """:meth:`_step` as a pure function: ``(positions, momenta, xi, r_xi, thermostat, tempering thermostat,
-        bias, visits, eta, eta_xi, kick, noise_scale, weight, noise, xi_kick, X, y, factors, offset) ->
+        bias, visits, eta, eta_xi, c_xi, wall, kick, noise_scale, weight, noise, xi_kick, X, y, factors, offset) ->
         (positions, momenta, xi, r_xi, bias, visits, thermostats, potentials, kinetic temperatures, lam)``, the
         same halves as :meth:`_step`."""
         grad_and_value = potential_gradients(potentials)
 
-        def transition(position, flat, xi, r_xi, z_theta, z_xi, bias, visits, eta, eta_xi, kick, noise_scale,
-                       weight, noise, xi_kick, X, y, factors, offset):
+        def transition(position, flat, xi, r_xi, z_theta, z_xi, bias, visits, eta, eta_xi, c_xi, wall, kick,
+                       noise_scale, weight, noise, xi_kick, X, y, factors, offset):
             lam, dlam, t_kin, z_theta, z_xi, j, delta_a = self._before_gradient(flat, weight, xi, r_xi, z_theta,
-                                                                                z_xi, eta, eta_xi, bias)
+                                                                                z_xi, eta, eta_xi, bias, wall)
             grads, (_, u) = grad_and_value(position, X, y, factors, offset)
             value = u.to(xi.dtype).reshape(xi.shape)
             flat, xi, r_xi, bias, visits = self._after_gradient(
                 flat, flatten(grads, layout), value, xi, r_xi, z_theta, z_xi, bias, visits, lam, dlam, j, delta_a,
-                eta_xi, kick, noise_scale, noise, xi_kick)
+                eta_xi, c_xi, wall, kick, noise_scale, noise, xi_kick)
             moved = [p + m for p, m in zip(position, views(flat, position))]
             return moved, flat, xi, r_xi, bias, visits, z_theta, z_xi, value, t_kin, lam
 
         return transition
 
     def transition_inputs(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple:
-        eta_xi = self._tempering_step_size(state)
+        eta_xi, c_xi, wall = self._tempering_step_size(state), self._tempering_noise(state), self._wall(state)
         kick, noise_scale, weight = self._scales(state)
         xi_kick, noise = self._draw_noise(state)
         factors, offset = potential.prior_form()
         X, y = batch
         return ([p.detach() for p in state.position], state.flat_momentum, state.xi, state.xi_momentum,
                 state.thermostat, state.tempering_thermostat, state.bias, state.bin_visits, state.precond.step_size,
-                eta_xi, kick, noise_scale, weight, noise, xi_kick, X, y, factors, offset)
+                eta_xi, c_xi, wall, kick, noise_scale, weight, noise, xi_kick, X, y, factors, offset)
 
     def finish_transition(self, state: TACTHMCState, outputs) -> StepInfo:
         # copies, not the outputs themselves (a compiled function's outputs may be reused by its next call: CUDA
@@ -758,16 +899,24 @@ class TACTHMC(Sampler):
         # At "auto" the measurements point both ways (breast cancer's 530 weights: 1e-8 came back more often than
         # "auto"'s 2.1e-8; iris's 803 weights at "auto": xi diffused back too slowly, which a smaller step slows
         # further; benchmarks/README.md, "tacthmc at its defaults"), so the hint offers it only above "auto"
-        auto = _auto_tempering_step_size(state.flat_momentum.shape[-1])
+        dim = state.flat_momentum.shape[-1]
+        auto = _auto_tempering_step_size(dim)
         fixes = ["Run longer (partial_fit continues the chain)"]
-        if self.wall > 1.0 and self.plateau < 1.0:  # (walls at 1 need a plateau inside them)
-            top = self.temperature / float(coupling(torch.tensor(1.0, dtype=torch.float64), self.plateau,
-                                                    self.coupling_width, self.coupling_order))
-            fixes.append(f"narrow the temperature range (sampler__wall=1.0, highest temperature {top:.3g}: a "
-                         "default iris fit that ran 78,003 steps for 65 draws kept all 100 in 31,500, though a "
-                         "default moons fit took three times as long)")
+        wall, auto_wall = self._wall(state), _auto_wall(dim, self.plateau, self.coupling_width, self.coupling_order)
+        if wall > auto_wall * (1 + 1e-9):  # a wider well than "auto" gives this model (e.g. the paper's 5/3)
+            top = self._temperature_at(auto_wall)
+            fixes.append(f"narrow the temperature range in a new fit (sampler__wall='auto': walls at {auto_wall:.3g}, "
+                         f"highest temperature {top:.3g}, against {wall:.3g} and {self.highest_temperature(state):.3g} "
+                         "now; an iris fit that ran 78,003 steps for 65 draws in the paper's well kept all 100 in "
+                         "12,400; a continued chain keeps its walls)")
         else:
-            fixes.append(f"narrow the temperature range further (sampler__wall, now {self.wall:g})")
+            fixes.append(f"narrow the temperature range further in a new fit (sampler__wall, now {wall:.3g}, highest "
+                         f"temperature {self.highest_temperature(state):.3g})")
+        c_auto = _auto_tempering_noise(state.tempering_step_size)
+        if self._tempering_noise(state) > c_auto * (1 + 1e-9):
+            fixes.append(f"set sampler__tempering_noise='auto' (now {self._tempering_noise(state):.3g}, 'auto' "
+                         f"{c_auto:.3g}): a tempering friction above it turns the tempering variable's travel into a "
+                         "slow diffusion")
         fixes.append("set sampler__tempering=False, which samples at unit temperature throughout (SGNHT collecting "
                      "every steps_per_sample steps)")
         if state.tempering_step_size > auto * (1 + 1e-9):
@@ -776,7 +925,7 @@ class TACTHMC(Sampler):
                          "stuck at high temperature")
         return (f"the tempering variable spent {frac:.1%} of all the steps at unit temperature{worst} (the warm-up's "
                 "included; diagnostics_['plateau_fraction'] counts the steps after the burn-in only; the ideal is "
-                f"{self.expected_plateau_fraction:.0%}), and {'it' if not worst else f'chain {low}'} is at "
+                f"{self.ideal_plateau_fraction(state):.0%}), and {'it' if not worst else f'chain {low}'} is at "
                 f"temperature {now:.3g} now. " + "; ".join(fixes[:-1]) + "; or " + fixes[-1] + ".")
 
     # ------------------------------------------------------------------ #
@@ -786,15 +935,16 @@ class TACTHMC(Sampler):
         Returns
         -------
         centres : Tensor, shape (n_bins,)
-            Bin centres on :math:`[-W_0, W_0]`.
+            Bin centres on :math:`[-W_0, W_0]` (the chains' walls, :meth:`chain_wall`).
         bias : Tensor, shape (n_bins,) or (n_chains, n_bins)
             ABF: the running mean force :math:`\\langle\\lambda'(\\xi)\\tilde U\\rangle` per bin (the estimate
             of :math:`A'(\\xi)`, eq. 11); metadynamics: the biasing potential :math:`A_j`.
         visits : Tensor, same shape as ``bias``
             Steps spent in each bin (a histogram of :math:`\\xi`).
         """
-        delta = 2.0 * self.wall / self.n_bins
-        centres = -self.wall + (torch.arange(self.n_bins, dtype=torch.float64) + 0.5) * delta
+        wall = self._wall(state)
+        delta = 2.0 * wall / self.n_bins
+        centres = -wall + (torch.arange(self.n_bins, dtype=torch.float64) + 0.5) * delta
         return centres, state.bias.detach().cpu(), state.bin_visits.detach().cpu()
 
     @staticmethod

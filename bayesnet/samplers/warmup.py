@@ -572,7 +572,7 @@ def _set_step_size(sampler, state, potential, batch) -> None:
 #: diverging, with or without momenta: a kernel without them (SGLD) has no kinetic temperature to show it, and on a
 #: banana target its chains ran out to 1e145 through finite potentials, each such position becoming their fallback.
 #: A chain in equilibrium moves by about ``sqrt(D / 2)``, one descending from its start falls, and one tempered to
-#: a temperature ``T`` (tacthmc's tempering variable, up to 9 by default) rises by about ``(T - 1) D / 2``
+#: a temperature ``T`` (tacthmc's tempering variable, up to 9 in the paper's well) rises by about ``(T - 1) D / 2``
 RISE = 100.0
 
 #: a member whose kinetic temperature averages above this multiple of its target over a guard interval, or ends it
