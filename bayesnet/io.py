@@ -39,7 +39,9 @@ import torch
 __all__ = ["save", "load", "FORMAT", "VERSION"]
 
 FORMAT = "bayesnet-model"
-VERSION = 1
+#: the format's version: 2 since tacthmc's ``wall`` and ``tempering_noise`` default to "auto" (sized to the network,
+#: 2026-11-29); a file of version 1 whose tacthmc fit left them at their defaults ran the paper's 5/3 and 0.05
+VERSION = 2
 
 # attributes of a fitted estimator written as JSON (arrays among them go to tensors)
 _ESTIMATOR_FITTED = ("n_features_in_", "feature_names_in_", "input_shape_", "input_mean_", "input_scale_",
@@ -435,7 +437,7 @@ def _read(path):
         raise ValueError(f"{os.fspath(path)} is a damaged bayesnet model file: its contents do not match the "
                          "checksum written with them (changed on a disk or in a transfer, or edited).")
     try:
-        return json.loads(header["spec"]), tensors
+        return json.loads(header["spec"]), tensors, int(header["version"])
     except (KeyError, ValueError, RecursionError) as exc:
         raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its specification: "
                          f"{type(exc).__name__}).") from None
@@ -704,7 +706,7 @@ def _load_device(saved) -> torch.device:
     return torch.device("cuda", index if index is not None and index < torch.cuda.device_count() else 0)
 
 
-def _build_estimator(spec: dict, tensors):
+def _build_estimator(spec: dict, tensors, version: int = VERSION):
     from .plan import ChainLayout
     from .trace import Trace
 
@@ -719,6 +721,9 @@ def _build_estimator(spec: dict, tensors):
         raise ValueError(f"malformed model file: it sets {', '.join(map(repr, runtime))}, which a model file does "
                          "not hold (save writes plain settings only).")
     params.setdefault("standardize_inputs", False)  # written before the estimators standardised their inputs
+    if version < 2 and params.get("sampler") == "tacthmc":  # (its defaults then: the paper's well and friction)
+        params.setdefault("sampler__wall", 5.0 / 3.0)
+        params.setdefault("sampler__tempering_noise", 0.05)
     est = cls(**params)
     with _malformed():  # the parameters as fit checks them (names, ranges, the sampler's hyperparameters, the
         # prior's name, the device's form: not whether this machine has it, the file predicts on the CPU then)
@@ -825,10 +830,10 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
         outputs, a value of the wrong type or a missing entry.
     """
     path = os.fsdecode(path)  # (a bytes path too; safetensors takes text)
-    spec, tensors = _read(path)
+    spec, tensors, version = _read(path)
     token = _STRING_BUDGET.set([_MAX_STRING_BYTES])
     try:
-        return _load(spec, tensors, path, return_metadata)
+        return _load(spec, tensors, path, return_metadata, version)
     except ValueError:
         raise
     except (KeyError, TypeError, AttributeError, IndexError, RecursionError, RuntimeError, OverflowError) as exc:
@@ -839,7 +844,7 @@ def load(path: str | os.PathLike, return_metadata: bool = False):
         _STRING_BUDGET.reset(token)
 
 
-def _load(spec, tensors, path, return_metadata: bool):
+def _load(spec, tensors, path, return_metadata: bool, version: int = VERSION):
     if not isinstance(spec, dict):
         raise ValueError(f"{os.fspath(path)} is a malformed bayesnet model file (its specification is not a "
                          "mapping).")
@@ -852,7 +857,7 @@ def _load(spec, tensors, path, return_metadata: bool):
             raise ValueError("malformed model file: a pipeline without steps (save writes at least its estimator).")
         for i, step in enumerate(spec["steps"]):
             if i == len(spec["steps"]) - 1:
-                steps.append((step["name"], _build_estimator(step, tensors)))
+                steps.append((step["name"], _build_estimator(step, tensors, version)))
                 continue
             if step.get("class") == _PASSTHROUGH:
                 if set(step) != {"name", "class"}:
@@ -881,7 +886,7 @@ def _load(spec, tensors, path, return_metadata: bool):
         model = Pipeline(steps)
         _check_pipeline_row(model)
     elif spec.get("kind") == "estimator":
-        model = _build_estimator(spec["estimator"], tensors)
+        model = _build_estimator(spec["estimator"], tensors, version)
     else:
         raise ValueError(f"{os.fspath(path)}: unknown model kind {spec.get('kind')!r}.")
     if return_metadata:

@@ -256,6 +256,36 @@ def test_a_sampler_instances_settings_are_saved(tmp_path, given):
         loaded.get_step_stats()
 
 
+def test_a_version_1_file_of_tacthmc_keeps_the_well_it_was_fitted_in(tmp_path):
+    """Format 2: tacthmc's ``wall`` and ``tempering_noise`` default to "auto" since 2026-11-29. A file of version 1
+    whose fit left them at their defaults was fitted in the paper's well with its friction (5/3, 0.05): it loads with
+    those, not with the "auto" that its missing settings would read as now; a version-2 file keeps "auto", and a
+    setting a version-1 file holds is kept."""
+    from bayesnet.io import VERSION
+
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier((4,), sampler="tacthmc", n_draws=3, burn_in=20, random_state=0).fit(X, y)
+        given = BayesianMLPClassifier((4,), sampler="tacthmc", sampler__wall=1.2, n_draws=3, burn_in=20,
+                                      random_state=0).fit(X, y)
+    est.save(tmp_path / "m.bayesnet")
+    given.save(tmp_path / "g.bayesnet")
+    assert VERSION == 2
+    now = bayesnet.load(tmp_path / "m.bayesnet")
+    assert (now.sampler_.wall, now.sampler_.tempering_noise) == ("auto", "auto")
+
+    def version_1(header):
+        header["version"] = "1"
+
+    old = bayesnet.load(_tamper(tmp_path / "m.bayesnet", tmp_path / "old.bayesnet", header_edit=version_1))
+    assert (old.sampler_.wall, old.sampler_.tempering_noise) == (5 / 3, 0.05)
+    assert old.get_params()["sampler__wall"] == 5 / 3
+    np.testing.assert_array_equal(old.predict_proba(X), est.predict_proba(X))
+    kept = bayesnet.load(_tamper(tmp_path / "g.bayesnet", tmp_path / "old_g.bayesnet", header_edit=version_1))
+    assert (kept.sampler_.wall, kept.sampler_.tempering_noise) == (1.2, 0.05)
+
+
 def test_a_file_holds_the_settings_the_draws_were_fitted_with(tmp_path):
     """A helper's user test: save wrote get_params(), so a setting changed by set_params after the fit (for the
     next one) went into the file: a new activation gave a model that predicted with another network (digits
