@@ -197,6 +197,15 @@ def sampler_params(name: str) -> dict:
     return params
 
 
+def kernel_params(name: str) -> dict:
+    """:func:`sampler_params` plus the settings the hand-written loop fixes: tacthmc's well and tempering friction
+    are the paper's (walls 5/3, ``tempering_noise=0.05``), which the defaults size to the network since 2026-11-29."""
+    params = sampler_params(name)
+    if name == "tacthmc":
+        params.update(wall=5.0 / 3.0, tempering_noise=0.05)
+    return params
+
+
 # --------------------------------------------------------------------------- #
 # the four variants; each is an object with run(n_steps) -> seconds
 # --------------------------------------------------------------------------- #
@@ -206,7 +215,7 @@ class KernelLoop:
     def __init__(self, name, X, y):
         self.module = make_network()
         self.posterior = Posterior(self.module, CategoricalLikelihood(), GaussianPrior(PRIOR_SCALE), n_data=len(X))
-        self.sampler = make_sampler(name, **sampler_params(name))
+        self.sampler = make_sampler(name, **kernel_params(name))
         self.gen = stream()
         self.state = self.sampler.init(self.posterior.parameters, self.gen)
         self.batches = cycle(make_iterator(X, y))
@@ -436,7 +445,7 @@ class HandWrittenLoop:
         elif self.name == "tacthmc":  # Algorithm 1 with the paper's coupling (1/3, 1, 3), walls 5/3, 50 ABF bins
             r, flat, n, eta, eta_xi, T = self.momentum, self.flat, self.n_params, self.eta, self.eta_xi, \
                 self.temperature
-            c, c_xi = self.noise, 0.05  # TACTHMC's noise and its default tempering_noise
+            c, c_xi = self.noise, 0.05  # TACTHMC's noise and the tempering_noise sampler_params gives it
             wall, width = 5.0 / 3.0, 2.0 * (5.0 / 3.0) / 50
             for _ in range(n_steps):
                 X, y = next(batches)
@@ -494,7 +503,7 @@ def make_estimator(name: str, n_steps: int) -> bayesnet.BayesianMLPClassifier:
     return bayesnet.BayesianMLPClassifier(
         hidden_layer_sizes=(N_HIDDEN,), sampler=name, batch_size=BATCH_SIZE, burn_in=n_steps - 1, n_draws=1,
         thinning=1, prior_scale=PRIOR_SCALE, random_state=0,
-        **{f"sampler__{k}": v for k, v in sampler_params(name).items()},
+        **{f"sampler__{k}": v for k, v in kernel_params(name).items()},
     )
 
 

@@ -6,7 +6,9 @@ taken, the fit's status ("short" when fewer than ``n_draws`` draws were kept), t
 steps after the burn-in taken at unit temperature (``diagnostics_["plateau_fraction"]``), the largest effective
 temperature of any step (the warm-up's included), the log loss (or RMSE / NLL for a regressor),
 the fit seconds and the ConvergenceWarnings. The figures behind benchmarks/README.md, "tacthmc at its
-defaults" (whose variants are ``--set sampler__wall=1.0`` and ``--set sampler__tempering_noise=1.245e-4``).
+defaults" (measured with the defaults of that time: ``--set sampler__wall=1.6666666666666667 --set
+sampler__tempering_noise=0.05``) and "tacthmc's well and tempering friction by the model's size" (the defaults
+since).
 
     python benchmarks/tacthmc_defaults.py                                  # iris and moons, seeds 0-3; minutes
     python benchmarks/tacthmc_defaults.py --tasks iris --seeds 2 --set sampler__wall=1.0

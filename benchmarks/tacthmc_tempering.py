@@ -2,7 +2,8 @@
 
 A 30-16-2 ReLU MLP (530 weights) on scikit-learn's breast cancer data
 (standardised, all 569 rows, batch 64, prior scale 0.5, step size 1e-4), the
-paper's well (temperatures 1 to 9) and ABF. For each ``tempering_step_size``
+paper's well (temperatures 1 to 9) with its tempering friction (``tempering_noise=0.05``; the defaults size both
+to the network since 2026-11-29) and ABF. For each ``tempering_step_size``
 the kernel runs ``--steps`` steps and prints, per twentieth of the run, the
 fraction of steps at unit temperature, the mean |xi| and the mean potential;
 then the histogram of xi over the ABF bins. "auto" is
@@ -32,7 +33,8 @@ def run(eta_xi, n_steps: int, seed: int = 0) -> None:
     # the step size given, as the paper's unpreconditioned step (its default is now "auto", set by a warm-up)
     est = BayesianMLPClassifier(sampler="tacthmc", hidden_layer_sizes=(16,), prior_scale=0.5, batch_size=64,
                                 random_state=seed, max_epochs=1, burn_in=0, sampler__step_size=1e-4,
-                                sampler__tempering_step_size=eta_xi)
+                                sampler__tempering_step_size=eta_xi, sampler__wall=5 / 3,
+                                sampler__tempering_noise=0.05)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y)  # builds the posterior and the chain (one epoch)
@@ -59,9 +61,11 @@ def run(eta_xi, n_steps: int, seed: int = 0) -> None:
                   f"|xi| {np.mean(xi_abs[-window:]):4.2f}  U {np.mean(potential[-window:]):8.0f}")
     _, _, visits = sampler.bias_profile(state)
     visits = visits.reshape(-1, visits.shape[-1]).sum(0)  # the estimator's state has a chain axis (one chain)
-    print(f"  overall fraction at unit temperature {np.mean(plateau):.3f} (ideal {sampler.expected_plateau_fraction:.2f}); "
+    print(f"  overall fraction at unit temperature {np.mean(plateau):.3f} "
+          f"(ideal {sampler.ideal_plateau_fraction(state):.2f}); "
           f"{time.perf_counter() - t0:.0f} s")
-    print("  xi histogram over the bins [-5/3, 5/3]:", " ".join(f"{v:.3f}" for v in (visits / visits.sum()).tolist()))
+    print(f"  xi histogram over the bins [-{state.wall:.3g}, {state.wall:.3g}]:",
+          " ".join(f"{v:.3f}" for v in (visits / visits.sum()).tolist()))
 
 
 def main():
