@@ -5,7 +5,8 @@ front, the panel's split, one torch thread), plus the settings given with ``--se
 taken, the fit's status ("short" when fewer than ``n_draws`` draws were kept), the draws kept, the fraction of the
 steps after the burn-in taken at unit temperature (``diagnostics_["plateau_fraction"]``), the largest effective
 temperature of any step (the warm-up's included), the log loss (or RMSE / NLL for a regressor),
-the fit seconds and the ConvergenceWarnings. The figures behind benchmarks/README.md, "tacthmc at its
+the fit seconds, the split R-hat and bulk ESS of the draws' summed training log-likelihood
+(``convergence_["log_likelihood"]``; across the chains with ``--set n_chains=4``) and the ConvergenceWarnings. The figures behind benchmarks/README.md, "tacthmc at its
 defaults" (measured with the defaults of that time: ``--set sampler__wall=1.6666666666666667 --set
 sampler__tempering_noise=0.05``) and "tacthmc's well and tempering friction by the model's size" (the defaults
 since).
@@ -53,10 +54,13 @@ def fit_one(task_name: str, seed: int, settings: dict) -> dict:
         model.fit(Xtr, ytr)
     seconds = time.perf_counter() - start
     metrics = dp.bayesnet_metrics(task.kind, model, est, Xte, yte, scaler=True)
+    ll = (getattr(est, "convergence_", None) or {}).get("log_likelihood") or {}  # (between chains with n_chains > 1)
     return {"task": task_name, "seed": seed, "settings": settings, "steps": int(est.fit_status_["steps_taken"]),
             "status": est.fit_status_["status"], "kept": int(est.trace_.kept_per_slot.min()),
             "plateau": round(float(est.diagnostics_["plateau_fraction"]), 3),
             "hottest": round(hottest.hottest_, 2), "seconds": round(seconds, 1),
+            "ll_rhat": None if "rhat" not in ll else round(float(ll["rhat"]), 3),
+            "ll_ess": None if "ess_bulk" not in ll else round(float(ll["ess_bulk"]), 1),
             "warnings": [str(w.message)[:120] for w in caught if w.category.__name__ == "ConvergenceWarning"],
             **{k: round(float(v), 4) for k, v in metrics.items() if isinstance(v, float)}}
 
