@@ -13,6 +13,7 @@ since).
 
     python benchmarks/tacthmc_defaults.py                                  # iris and moons, seeds 0-3; minutes
     python benchmarks/tacthmc_defaults.py --tasks iris --seeds 2 --set sampler__wall=1.0
+    python benchmarks/tacthmc_defaults.py --set n_chains=4 --set sampler__tempering=false --fan-in-gain 2
 """
 
 from __future__ import annotations
@@ -41,8 +42,12 @@ class _HottestStep(Callback):
             self.hottest_ = max(self.hottest_, float(torch.as_tensor(info.extra["effective_temperature"]).max()))
 
 
-def fit_one(task_name: str, seed: int, settings: dict) -> dict:
+def fit_one(task_name: str, seed: int, settings: dict, fan_in_gain: float | None = None) -> dict:
     task = dp.TASKS[task_name]
+    if fan_in_gain is not None:  # (a prior object, which --set cannot spell)
+        from bayesnet.priors import FanInPrior
+
+        settings = {**settings, "prior_scale": FanInPrior(gain=fan_in_gain)}
     Xtr, ytr, Xte, yte = task.load(seed)
     hottest = _HottestStep()
     est = task.estimator(random_state=seed, sampler="tacthmc", callbacks=[("hottest", hottest)],
@@ -55,7 +60,8 @@ def fit_one(task_name: str, seed: int, settings: dict) -> dict:
     seconds = time.perf_counter() - start
     metrics = dp.bayesnet_metrics(task.kind, model, est, Xte, yte, scaler=True)
     ll = (getattr(est, "convergence_", None) or {}).get("log_likelihood") or {}  # (between chains with n_chains > 1)
-    return {"task": task_name, "seed": seed, "settings": settings, "steps": int(est.fit_status_["steps_taken"]),
+    return {"task": task_name, "seed": seed, "settings": {k: v if isinstance(v, (int, float, str, bool)) or v is None
+                                                          else repr(v) for k, v in settings.items()}, "steps": int(est.fit_status_["steps_taken"]),
             "status": est.fit_status_["status"], "kept": int(est.trace_.kept_per_slot.min()),
             "plateau": round(float(est.diagnostics_["plateau_fraction"]), 3),
             "hottest": round(hottest.hottest_, 2), "seconds": round(seconds, 1),
@@ -78,6 +84,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an estimator setting for every fit (a JSON value or a string), e.g. sampler__wall=1.0")
+    ap.add_argument("--fan-in-gain", type=float, default=None,
+                    help="the fan-in prior at this gain for every fit (tacthmc's 'auto' prior is the gain 2 one for a "
+                         "classifier; 'auto' gives an untempered sampler the hierarchical prior)")
     ap.add_argument("--json", action="store_true", help="one JSON line per fit instead of the table")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -91,7 +100,7 @@ def main(argv=None) -> int:
               f"{'log loss / NLL':>15s} {'seconds':>8s}  warnings")
     for task in args.tasks:
         for seed in args.seeds:
-            row = fit_one(task, seed, settings)
+            row = fit_one(task, seed, settings, args.fan_in_gain)
             if args.json:
                 print(json.dumps(row), flush=True)
                 continue
