@@ -920,14 +920,17 @@ def test_a_stop_inside_or_at_the_end_of_an_extension_resumes_to_the_same_draws(m
             grouped.set_params(callbacks=None).partial_fit(X, y)
         assert grouped.fit_status_["status"] == "complete" and torch.equal(grouped.trace_.draws(), ref.trace_.draws())
         monkeypatch.setattr(run_module, "unmixed", lambda net, conv: True)  # (every check fails: it extends)
-        # (unit temperature throughout: the draw quota and the extension, without an excursion of the tempering
-        # variable, about 1,000 steps for these 67 weights, which would outlast so short a run's budget)
+        # at unit temperature throughout, and tempering in the paper's well and friction, whose tempering variable
+        # creeps in so short a run (the "auto" well's excursion, about 1,000 steps for these 67 weights, would
+        # outlast its budget): the draw quota and the extension, with the steps per draw of 5 and 25
         tact = dict(hidden_layer_sizes=(8,), n_chains=2, burn_in=200, n_draws=10, random_state=0, sampler="tacthmc",
-                    sampler__steps_per_sample=5, sampler__tempering=False, batch_size=50)
-        est = BayesianMLPClassifier(**tact, callbacks=[("stop", Stop(330))]).fit(X, y)  # (extended at 250 and 295)
-        assert est.fit_status_["status"] == "interrupted" and est.fit_status_["thinning_extended"]
-        est.partial_fit(X, y)
-        assert est.fit_status_["status"] == "complete" and (est.trace_.stored_per_slot == 10).all()
+                    sampler__steps_per_sample=5, batch_size=50)
+        for sampler_kw, at in (({"sampler__tempering": False}, 330),  # (extended at 250 and 295)
+                               ({"sampler__wall": 5 / 3, "sampler__tempering_noise": 0.05}, 600)):
+            est = BayesianMLPClassifier(**tact, **sampler_kw, callbacks=[("stop", Stop(at))]).fit(X, y)
+            assert est.fit_status_["status"] == "interrupted" and est.fit_status_["thinning_extended"]
+            est.partial_fit(X, y)
+            assert est.fit_status_["status"] == "complete" and (est.trace_.stored_per_slot == 10).all()
 
 
 def test_a_default_fit_that_has_not_mixed_runs_longer_instead_of_warning(cancer, monkeypatch):
