@@ -722,8 +722,10 @@ def _build_estimator(spec: dict, tensors, version: int = VERSION):
                          "not hold (save writes plain settings only).")
     params.setdefault("standardize_inputs", False)  # written before the estimators standardised their inputs
     if version < 2 and params.get("sampler") == "tacthmc":  # (its defaults then: the paper's well and friction)
-        params.setdefault("sampler__wall", 5.0 / 3.0)
-        params.setdefault("sampler__tempering_noise", 0.05)
+        from .samplers.tacthmc import PAPER_TEMPERING
+
+        for key, value in PAPER_TEMPERING.items():
+            params.setdefault(f"sampler__{key}", value)
     est = cls(**params)
     with _malformed():  # the parameters as fit checks them (names, ranges, the sampler's hyperparameters, the
         # prior's name, the device's form: not whether this machine has it, the file predicts on the CPU then)

@@ -120,6 +120,7 @@ from bayesnet.likelihoods import CategoricalLikelihood
 from bayesnet.posterior import Posterior
 from bayesnet.priors import GaussianPrior
 from bayesnet.samplers import ChainRandom, make_sampler
+from bayesnet.samplers.tacthmc import PAPER_TEMPERING
 
 N_ROWS, N_FEATURES, N_HIDDEN, N_CLASSES = 4096, 784, 100, 10
 BATCH_SIZE = 128
@@ -202,7 +203,7 @@ def kernel_params(name: str) -> dict:
     are the paper's (walls 5/3, ``tempering_noise=0.05``), which the defaults size to the network since 2026-11-29."""
     params = sampler_params(name)
     if name == "tacthmc":
-        params.update(wall=5.0 / 3.0, tempering_noise=0.05)
+        params.update(PAPER_TEMPERING)
     return params
 
 
@@ -445,8 +446,9 @@ class HandWrittenLoop:
         elif self.name == "tacthmc":  # Algorithm 1 with the paper's coupling (1/3, 1, 3), walls 5/3, 50 ABF bins
             r, flat, n, eta, eta_xi, T = self.momentum, self.flat, self.n_params, self.eta, self.eta_xi, \
                 self.temperature
-            c, c_xi = self.noise, 0.05  # TACTHMC's noise and the tempering_noise sampler_params gives it
-            wall, width = 5.0 / 3.0, 2.0 * (5.0 / 3.0) / 50
+            c, c_xi = self.noise, PAPER_TEMPERING["tempering_noise"]  # TACTHMC's noise and kernel_params' c_xi
+            wall = PAPER_TEMPERING["wall"]
+            width = 2.0 * wall / 50
             for _ in range(n_steps):
                 X, y = next(batches)
                 xi, r_xi = self.xi, self.r_xi

@@ -36,6 +36,7 @@ from sklearn.preprocessing import StandardScaler
 from bayesnet import BayesianMLPClassifier, DivergenceError
 from bayesnet.estimators.mlp import MLP
 from bayesnet.estimators.run import PlannedBatches
+from bayesnet.samplers.tacthmc import PAPER_TEMPERING
 
 torch.set_num_threads(1)
 
@@ -92,7 +93,7 @@ def fit_sampler(name, step_size, Xtr, ytr, epochs, fraction, seed):
                                 prior_scale=1.0, random_state=seed,
                                 # tacthmc in the paper's well with its tempering friction (walls 5/3, c_xi = 0.05), as
                                 # the figures were measured (the defaults size both to the network since 2026-11-29)
-                                **(dict(sampler__wall=5 / 3, sampler__tempering_noise=0.05) if name == "tacthmc"
+                                **({f"sampler__{k}": v for k, v in PAPER_TEMPERING.items()} if name == "tacthmc"
                                    else {}))
     clf.fit(Xtr, ytr)
     return clf

@@ -25,6 +25,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
 from bayesnet import BayesianMLPClassifier
+from bayesnet.samplers.tacthmc import PAPER_TEMPERING
 
 
 def run(eta_xi, n_steps: int, seed: int = 0) -> None:
@@ -33,8 +34,8 @@ def run(eta_xi, n_steps: int, seed: int = 0) -> None:
     # the step size given, as the paper's unpreconditioned step (its default is now "auto", set by a warm-up)
     est = BayesianMLPClassifier(sampler="tacthmc", hidden_layer_sizes=(16,), prior_scale=0.5, batch_size=64,
                                 random_state=seed, max_epochs=1, burn_in=0, sampler__step_size=1e-4,
-                                sampler__tempering_step_size=eta_xi, sampler__wall=5 / 3,
-                                sampler__tempering_noise=0.05)
+                                sampler__tempering_step_size=eta_xi,
+                                **{f"sampler__{k}": v for k, v in PAPER_TEMPERING.items()})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y)  # builds the posterior and the chain (one epoch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from numbers import Integral, Real
 from typing import Any, Sequence
 
@@ -50,6 +51,10 @@ PAPER_TEMPERING_STEP_SIZE = 1.5e-3
 PAPER_TEMPERING_NOISE = 0.05
 #: the paper's walls of the confining well (Luo et al. 2018 (supplement) Appendix A: temperatures up to 9)
 PAPER_WALL = 5.0 / 3.0
+#: the settings of the paper's well and tempering friction, which ``wall="auto"`` and ``tempering_noise="auto"``
+#: replaced as the defaults on 2026-11-29 (a model file written before reads them back, the benchmarks that measure
+#: the paper's setting pass them)
+PAPER_TEMPERING = MappingProxyType({"wall": PAPER_WALL, "tempering_noise": PAPER_TEMPERING_NOISE})
 #: the heat of the paper's well, ``T_max / T - 1`` = 8 at its walls: ``wall="auto"`` heats a ``D``-parameter model by
 #: ``PAPER_HEAT * sqrt(min(1, 2 / D))``, the paper's well for its 1-D and 2-D targets
 PAPER_HEAT = 8.0
@@ -912,9 +917,9 @@ class TACTHMC(Sampler):
         else:
             fixes.append(f"narrow the temperature range further in a new fit (sampler__wall, now {wall:.3g}, highest "
                          f"temperature {self.highest_temperature(state):.3g})")
-        c_auto = _auto_tempering_noise(state.tempering_step_size)
-        if self._tempering_noise(state) > c_auto * (1 + 1e-9):
-            fixes.append(f"set sampler__tempering_noise='auto' (now {self._tempering_noise(state):.3g}, 'auto' "
+        c_xi, c_auto = self._tempering_noise(state), _auto_tempering_noise(state.tempering_step_size)
+        if c_xi > c_auto * (1 + 1e-9):
+            fixes.append(f"set sampler__tempering_noise='auto' (now {c_xi:.3g}, 'auto' "
                          f"{c_auto:.3g}): a tempering friction above it turns the tempering variable's travel into a "
                          "slow diffusion")
         fixes.append("set sampler__tempering=False, which samples at unit temperature throughout (SGNHT collecting "
