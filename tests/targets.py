@@ -199,3 +199,53 @@ def gaussian_chains(sampler, n_chains, seed=0, start=None):
         with torch.no_grad():
             target.potential.parameters[0].copy_(start)
     return target, sampler.init(target.potential.parameters, ChainRandom(seed, n_chains), n_chains=n_chains)
+
+
+# --------------------------------------------------------------------------- #
+# a line as a ChainPosterior: the likelihood-tempered forms (pt-langevin, tacthmc)
+# --------------------------------------------------------------------------- #
+class KnownNoise(torch.nn.Module):
+    """Gaussian rows of known sd, with the batched forms a :class:`ChainPosterior` takes (no parameters)."""
+
+    def __init__(self, sd):
+        super().__init__()
+        self.sd = sd
+
+    def forward(self, out, y):
+        return (-0.5 * ((out.squeeze(-1) - y) / self.sd) ** 2).sum()
+
+    def log_prior(self):
+        return torch.zeros(())
+
+    def log_likelihood_chains(self, mean, y, parameters):
+        return (-0.5 * ((mean.squeeze(-1) - y) / self.sd) ** 2).sum(1)
+
+    def log_prior_chains(self, parameters):
+        return 0.0
+
+
+def linear_posterior(prior, n_rows, members, bias=True, seed=0):
+    """A line through ``n_rows`` points (noise sd 1) as a :class:`ChainPosterior` of ``members`` members started at
+    random; returns it, the full batch and the design matrix (with a column of ones for the bias)."""
+    from bayesnet.posterior import ChainPosterior
+
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n_rows, 1, generator=g, dtype=torch.float64)
+    y = 0.8 * X[:, 0] - 0.3 + torch.randn(n_rows, generator=g, dtype=torch.float64)
+    start = [[torch.randn(1, 1, generator=g, dtype=torch.float64)]
+             + ([torch.randn(1, generator=g, dtype=torch.float64)] if bias else []) for _ in range(members)]
+    post = ChainPosterior(torch.nn.Linear(1, 1, bias=bias).double(), KnownNoise(1.0), prior, n_rows, start)
+    A = torch.cat([X, torch.ones(n_rows, 1, dtype=torch.float64)], 1) if bias else X
+    return post, (X, y), A
+
+
+def t2_line_moments(X, y, beta):
+    """Mean and variance of ``p(y|w)^beta (1 + w^2/2)^(-3/2)`` (unit noise sd): the line through the origin under
+    the hierarchical prior ``w | tau ~ N(0, 1/tau)``, ``tau ~ Gamma(1, 1)``, tau integrated out; by quadrature."""
+    w = np.linspace(-8.0, 8.0, 160001)
+    x, t = X[:, 0].numpy(), y.numpy()
+    log_p = -0.5 * beta * ((t[None, :] - w[:, None] * x[None, :]) ** 2).sum(1) - 1.5 * np.log1p(w * w / 2.0)
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    mean = float((w * p).sum())
+    return mean, float(((w - mean) ** 2 * p).sum())

@@ -18,7 +18,7 @@ from bayesnet.diagnostics import effective_sample_size
 from bayesnet.posterior import FunctionPotential
 from bayesnet.samplers import make_sampler
 from bayesnet.samplers.pt_langevin import PTLangevin, geometric_ladder, swap_log_acceptance
-from targets import correlated_gaussian, four_modes_2d, moment_errors
+from targets import correlated_gaussian, four_modes_2d, linear_posterior, moment_errors, t2_line_moments
 
 
 def _run(sampler, potential, n_chains, n_steps, seed=0, record=None, batch=None):
@@ -445,41 +445,6 @@ def test_replicas_above_temperature_one_do_not_make_a_fit_short():
 # --------------------------------------------------------------------------- #
 # tempered="likelihood": the data term tempered, the prior not
 # --------------------------------------------------------------------------- #
-class _KnownNoise(torch.nn.Module):
-    """Gaussian rows of known sd, with the batched forms a :class:`ChainPosterior` takes (no parameters)."""
-
-    def __init__(self, sd):
-        super().__init__()
-        self.sd = sd
-
-    def forward(self, out, y):
-        return (-0.5 * ((out.squeeze(-1) - y) / self.sd) ** 2).sum()
-
-    def log_prior(self):
-        return torch.zeros(())
-
-    def log_likelihood_chains(self, mean, y, parameters):
-        return (-0.5 * ((mean.squeeze(-1) - y) / self.sd) ** 2).sum(1)
-
-    def log_prior_chains(self, parameters):
-        return 0.0
-
-
-def _linear_posterior(prior, n_rows, members, bias=True, seed=0):
-    """A line through ``n_rows`` points (noise sd 1) as a :class:`ChainPosterior` of ``members`` members started at
-    random; returns it, the full batch and the design matrix (with a column of ones for the bias)."""
-    from bayesnet.posterior import ChainPosterior
-
-    g = torch.Generator().manual_seed(seed)
-    X = torch.randn(n_rows, 1, generator=g, dtype=torch.float64)
-    y = 0.8 * X[:, 0] - 0.3 + torch.randn(n_rows, generator=g, dtype=torch.float64)
-    start = [[torch.randn(1, 1, generator=g, dtype=torch.float64)]
-             + ([torch.randn(1, generator=g, dtype=torch.float64)] if bias else []) for _ in range(members)]
-    post = ChainPosterior(torch.nn.Linear(1, 1, bias=bias).double(), _KnownNoise(1.0), prior, n_rows, start)
-    A = torch.cat([X, torch.ones(n_rows, 1, dtype=torch.float64)], 1) if bias else X
-    return post, (X, y), A
-
-
 @pytest.mark.parametrize("mode, langevin_prob", [("likelihood", 0.5), ("posterior", 0.5), ("likelihood", 0.0)])
 def test_tempering_the_likelihood_only_samples_each_slots_own_target_exactly(mode, langevin_prob):
     """With ``tempered="likelihood"`` slot m targets ``p(y|theta)^beta_m p(theta)``: for a line with known noise and
@@ -494,7 +459,7 @@ def test_tempering_the_likelihood_only_samples_each_slots_own_target_exactly(mod
     C, R = 128, 4
     s = make_sampler("pt-langevin", n_replicas=R, max_temperature=4.0, swap_interval=5, step_size=0.25,
                      tempered=mode, n_steps=None, langevin_prob=langevin_prob)
-    post, batch, A = _linear_posterior(GaussianPrior(0.5), 20, C * R)
+    post, batch, A = linear_posterior(GaussianPrior(0.5), 20, C * R)
     draws, state = _replica_draws(s, post, C, 2500, burn_in=500, seed=1, batch=batch)
     for m, T in enumerate(s.temperatures.tolist()):
         beta = 1.0 / T
@@ -516,18 +481,6 @@ def test_tempering_the_likelihood_only_samples_each_slots_own_target_exactly(mod
     assert bool((swap > 0.2).all()), swap
 
 
-def _t2_line_moments(X, y, beta):
-    """Mean and variance of ``p(y|w)^beta (1 + w^2/2)^(-3/2)`` (unit noise sd): the line through the origin under
-    the hierarchical prior ``w | tau ~ N(0, 1/tau)``, ``tau ~ Gamma(1, 1)``, tau integrated out; by quadrature."""
-    w = np.linspace(-8.0, 8.0, 160001)
-    x, t = X[:, 0].numpy(), y.numpy()
-    log_p = -0.5 * beta * ((t[None, :] - w[:, None] * x[None, :]) ** 2).sum(1) - 1.5 * np.log1p(w * w / 2.0)
-    p = np.exp(log_p - log_p.max())
-    p /= p.sum()
-    mean = float((w * p).sum())
-    return mean, float(((w - mean) ** 2 * p).sum())
-
-
 @pytest.mark.parametrize("exchange", [True, False])
 def test_tempering_the_likelihood_exchanges_the_hierarchical_precisions_with_the_positions(exchange, monkeypatch):
     """The hierarchical prior with ``tempered="likelihood"``: slot m targets ``p(y|w)^beta_m p(w|tau) p(tau)``, whose
@@ -541,11 +494,11 @@ def test_tempering_the_likelihood_exchanges_the_hierarchical_precisions_with_the
     C, R = 128, 4
     s = make_sampler("pt-langevin", n_replicas=R, max_temperature=8.0, swap_interval=1, step_size=0.6,
                      tempered="likelihood", n_steps=None)
-    post, batch, _ = _linear_posterior(HierarchicalPrior(gibbs_interval=25), 5, C * R, bias=False, seed=3)
+    post, batch, _ = linear_posterior(HierarchicalPrior(gibbs_interval=25), 5, C * R, bias=False, seed=3)
     draws, state = _replica_draws(s, post, C, 3000, burn_in=500, seed=1, batch=batch)
     failed = []
     for m, T in enumerate(s.temperatures.tolist()):
-        mean, var = _t2_line_moments(*batch, 1.0 / T)
+        mean, var = t2_line_moments(*batch, 1.0 / T)
         err = moment_errors(draws[m], np.array([mean]), np.array([[var]]))
         print("exchange", exchange, "slot", m, "T", round(T, 3), {k: round(float(v), 4) for k, v in err.items()})
         assert err["ess"] > 1000
@@ -563,7 +516,7 @@ def test_tempering_the_likelihood_reports_the_untempered_potential_and_needs_a_c
     C, R = 3, 4
     s = make_sampler("pt-langevin", n_replicas=R, max_temperature=4.0, swap_interval=2, step_size=0.25,
                      tempered="likelihood", n_steps=None)
-    post, batch, _ = _linear_posterior(GaussianPrior(0.5), 20, C * R)
+    post, batch, _ = linear_posterior(GaussianPrior(0.5), 20, C * R)
     state = s.init(post.parameters, torch.Generator().manual_seed(0), n_chains=C)
     for _ in range(7):
         state, info = s.step(state, post, batch)
@@ -588,7 +541,7 @@ def test_tempering_the_likelihood_keeps_its_caches_exact_through_swaps_gibbs_ste
     for langevin_prob in (0.0, 0.5, 1.0):
         s = make_sampler("pt-langevin", n_replicas=R, max_temperature=4.0, swap_interval=2, step_size=0.25,
                          tempered="likelihood", n_steps=20, tempering_fraction=0.5, langevin_prob=langevin_prob)
-        post, batch, _ = _linear_posterior(HierarchicalPrior(gibbs_interval=1), 20, C * R)
+        post, batch, _ = linear_posterior(HierarchicalPrior(gibbs_interval=1), 20, C * R)
         state = s.init(post.parameters, torch.Generator().manual_seed(0), n_chains=C)
         for k in range(20):
             state, info = s.step(state, post, batch)

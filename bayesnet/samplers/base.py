@@ -26,6 +26,7 @@ What a kernel declares, so that the estimators never look behind it:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass, field, fields
 from numbers import Real
@@ -836,6 +837,28 @@ class Sampler(BaseEstimator):
     def _step(self, state: SamplerState, potential: Potential, batch: Any) -> tuple[SamplerState, StepInfo]:
         """One transition of the kernel, reading ``state.precond`` for its step size and mass."""
         raise NotImplementedError
+
+
+@contextlib.contextmanager
+def data_weighted(name: str, potential: Potential, weight: Tensor):
+    """Inside the block, the potential's data term weighted per member by ``weight`` (S,), ``w U_D + U_P``
+    (:meth:`~bayesnet.posterior.ChainPosterior.set_data_weight`, which also records the unweighted ``U_D`` as
+    ``data_value``), unweighted again after it: the likelihood-tempered forms of the tempering samplers ``name``.
+
+    Raises
+    ------
+    ValueError
+        If the potential cannot weight its data term (no ``set_data_weight``)."""
+    weigh = getattr(potential, "set_data_weight", None)
+    if weigh is None:
+        raise ValueError(f"{name} with tempered='likelihood' needs a potential that weights its data term per member "
+                         f"(a ChainPosterior's set_data_weight); {type(potential).__name__} has none. Use "
+                         "tempered='posterior'.")
+    weigh(weight)
+    try:
+        yield
+    finally:
+        weigh(None)
 
 
 def state_fields(state: SamplerState) -> list[str]:

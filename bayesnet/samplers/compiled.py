@@ -48,7 +48,7 @@ from ..posterior import quadratic_terms
 from .estimates import member_view
 
 __all__ = ["CompiledPotential", "CompiledTransition", "COMPILE_MIN_STEPS", "COMPILE_MIN_STEPS_CUDA", "compile_decision",
-           "potential_gradients", "write_back"]
+           "divided_prior_form", "potential_gradients", "weighted_outputs", "write_back"]
 
 #: with ``compile="auto"``, a run compiles only when it has at least this many steps after its warm-up.
 #: Measured (``benchmarks/compile_step.py``, one busy CPU core), 2026-11-23: the compiled SGHMC step saved 0.3-1.1 ms
@@ -109,6 +109,21 @@ def write_back(state, position, flat=None, grad=None) -> None:
             torch._foreach_copy_(state.grad, list(grad))
 
 
+def divided_prior_form(factors, offset, weight):
+    """The prior's pure form divided by a per-member data weight ``w`` (S,): with it the pure potential gives
+    ``U_D + U_P / w``, which times ``w`` is the weighted potential ``w U_D + U_P`` (:func:`weighted_outputs`)."""
+    return [f / member_view(weight.to(f.dtype), f) for f in factors], offset / weight.to(offset.dtype)
+
+
+def weighted_outputs(u, grads, factors, offset, parameters, weight):
+    """From the pure potential ``u = U_D + U_P / w`` and its gradients, evaluated with the prior's form divided by
+    the data weight ``w`` (:func:`divided_prior_form`; ``factors``, ``offset`` the divided form): ``(w u, its
+    gradients, U_D)``, the weighted potential ``w U_D + U_P``, its gradient and the unweighted data term."""
+    w = weight.to(u.dtype)
+    data = u - (0.5 * quadratic_terms(factors, parameters[: len(factors)]) - offset)
+    return w * u, [g * member_view(w.to(g.dtype), g) for g in grads], data
+
+
 class CompiledPotential:
     """``potential`` whose :meth:`value_and_grad` is ``fn``, the compiled gradient of its pure form
     (:func:`potential_gradients` of :meth:`~bayesnet.posterior.ChainPosterior.functional`) at the current
@@ -128,16 +143,14 @@ class CompiledPotential:
         X, y = batch
         weight = getattr(potential, "data_weight", None)
         if weight is not None:  # beta U_D + U_P = beta (U_D + U_P / beta): the same pure form, the prior's divided
-            factors = [f / member_view(weight.to(f.dtype), f) for f in factors]
-            offset = offset / weight.to(offset.dtype)
+            factors, offset = divided_prior_form(factors, offset, weight)
         parameters = [p.detach() for p in potential.parameters]
         grads, (_, u) = self._fn(parameters, X, y, factors, offset)
         if weight is not None:
             with torch.no_grad():
-                w = weight.to(u.dtype)
-                quad = quadratic_terms(factors, parameters[: len(factors)])
-                potential.data_value = (u - (0.5 * quad - offset)).detach().clone()  # U_D, unweighted
-                return w * u, [g * member_view(w.to(g.dtype), g) for g in grads]
+                value, grads, data = weighted_outputs(u, grads, factors, offset, parameters, weight)
+                potential.data_value = data.detach().clone()  # U_D, unweighted
+                return value, grads
         # copies: the kernel keeps gradients across steps, and a compiled function's outputs may be reused by its
         # next call (CUDA graphs)
         return u.clone(), [g.clone() for g in grads]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from numbers import Integral, Real
 from typing import Any
 
@@ -13,7 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
-from .base import COMMON_STATS, Potential, Sampler, Stat, StepInfo
+from .base import COMMON_STATS, Potential, Sampler, Stat, StepInfo, data_weighted
 from .registry import register_sampler
 from .compiled import CompiledPotential, potential_gradients
 from .integrators import gaussian_like
@@ -322,7 +322,7 @@ class PTLangevin(Sampler):
         if state.value is not None:
             weighted = self.tempered == "likelihood" and state.cache_beta is not None
             # (at the weights the cache was taken under)
-            with self._data_weighted(potential, state.cache_beta) if weighted else nullcontext():
+            with data_weighted(self.name, potential, state.cache_beta) if weighted else nullcontext():
                 fresh = potential.value(batch).detach().reshape(mask.shape).to(state.value.dtype)
                 if weighted:
                     data = potential.data_value.reshape(mask.shape).to(state.value.dtype)
@@ -476,24 +476,9 @@ class PTLangevin(Sampler):
             return self._advance(state, potential, batch, tempering, beta, beta)
         # the weights hold for the kernel's own evaluations only: the warm-up's curvature and noise measurements
         # see U; the gradients it records for the mass are the kernel's, of each member's own tempered target
-        with self._data_weighted(potential, beta):
+        with data_weighted(self.name, potential, beta):
             self._rebase_cache(state, beta)
             return self._advance(state, potential, batch, tempering, beta, torch.ones_like(beta))
-
-    @contextmanager
-    def _data_weighted(self, potential: Potential, beta: Tensor):
-        """``tempered="likelihood"``: the potential's data terms weighted by ``beta`` (S,) inside the block
-        (:meth:`~bayesnet.posterior.ChainPosterior.set_data_weight`), unweighted again after it."""
-        weigh = getattr(potential, "set_data_weight", None)
-        if weigh is None:
-            raise ValueError(f"{self.name} with tempered='likelihood' needs a potential that weights its data term "
-                             f"per member (a ChainPosterior's set_data_weight); {type(potential).__name__} has none. "
-                             "Use tempered='posterior'.")
-        weigh(beta)
-        try:
-            yield
-        finally:
-            weigh(None)
 
     @staticmethod
     def _rebase_cache(state: PTLangevinState, beta: Tensor) -> None:
