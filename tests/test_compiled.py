@@ -166,16 +166,18 @@ PURE = [("sghmc", {}), ("sgld", {}), ("sgnht", {}), ("baoab", {"sampler__scheme"
         ("eqn", {"sampler__n_walkers": 4, "sampler__covariance_interval": 7}),
         ("eqn", {"sampler__n_walkers": 4, "sampler__step_size": 0.01, "sampler__covariance_interval": 7}),
         ("tacthmc", {"sampler__steps_per_sample": 5}),
+        ("tacthmc", {"sampler__steps_per_sample": 5, "sampler__tempered": "likelihood"}),
         ("tacthmc", {"sampler__biasing": "metadynamics", "sampler__resample_momentum": True,
                      "sampler__steps_per_sample": 4}),
         ("hmc", {}), ("pt-langevin", {"sampler__n_replicas": 4, "sampler__swap_interval": 5})]
 #: eqn with B_i = I throughout (covariance_blending=0), with the B_i its warm-up set (at steps 15, 40, 90) and froze,
 #: through steps 105, 112, 119, 126 where the paper's mode, at an explicit step (the third), updates them
-#: tacthmc with ABF (a draw every 5th step), and with metadynamics and the momenta resampled eagerly between
+#: tacthmc with ABF (a draw every 5th step; tempering the whole posterior, and the likelihood only under the
+#: hierarchical prior, prior_scale="auto"), and with metadynamics and the momenta resampled eagerly between
 #: compiled steps at every 4th (both with one chain on the plateau, drawing, and one off it, below)
 PURE_IDS = ["sghmc", "sgld", "sgnht", "baoab-BAOAB", "baoab-GLA2", "baoab-GLA1", "eqn-identity", "eqn-frozen",
             "eqn-updates",
-            "tacthmc", "tacthmc-metadynamics-resampled", "hmc", "pt-langevin"]
+            "tacthmc", "tacthmc-likelihood", "tacthmc-metadynamics-resampled", "hmc", "pt-langevin"]
 
 
 @pytest.mark.parametrize("sampler,extra", PURE, ids=PURE_IDS)
@@ -248,20 +250,24 @@ def test_the_pure_transition_is_the_eager_step(cancer, sampler, extra):
                                                                     "sampler__step_size": 0.01}),
                                            ("tacthmc", {"sampler__steps_per_sample": 10,
                                                         "sampler__resample_momentum": True}),
+                                           pytest.param("tacthmc", {"sampler__steps_per_sample": 10,
+                                                                    "sampler__tempered": "likelihood"},
+                                                        marks=pytest.mark.slow),  # (the pure step: above)
                                            ("hmc", {"batch_size": -1, "thinning": 1}),
                                            ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4}),
                                            ("pt-langevin", {"batch_size": -1, "sampler__n_replicas": 4,
                                                             "sampler__tempered": "likelihood",
                                                             "sampler__tempering_fraction": 1.0,
                                                             "sampler__swap_interval": 5})],
-                         ids=["baoab", "eqn", "tacthmc", "hmc", "pt-langevin", "pt-langevin-likelihood"])
+                         ids=["baoab", "eqn", "tacthmc", "tacthmc-likelihood", "hmc", "pt-langevin",
+                              "pt-langevin-likelihood"])
 def test_the_compiled_transitions_give_the_eager_draws(cancer, sampler, extra):
     """BAOAB, eqn, TACT-HMC, HMC and pt-langevin compiled: the first draws of the eager chains, within float32
     rounding (the
     step-for-step check above covers BAOAB's other schemes; along a run its weakly damped chains part once a ReLU
     unit flips, and eqn's walkers, each preconditioned by the others' spread, amplify rounding the same way).
     eqn's preconditioner (at an explicit step, the paper's mode) is refreshed at steps 50 and 100 (the latter at the first compiled step), TACT-HMC's momenta resampled at every draw, both
-    eagerly between compiled steps; HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager,
+    eagerly between compiled steps (TACT-HMC also tempering the likelihood only, under the hierarchical prior); HMC's compiled unit is its leapfrog step, its refresh and Metropolis test eager,
     pt-langevin's its potential's gradient, its step eager (both on the full batch, as their exact tests need;
     pt-langevin also tempering the likelihood only, the compiled potential weighting each replica's data term,
     swapping every 5 steps on a ladder kept throughout).

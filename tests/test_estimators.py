@@ -1256,6 +1256,42 @@ def test_pt_langevin_tempering_the_likelihood_fits_with_the_hierarchical_prior(c
         BayesianMLPClassifier(**kw, prior_scale="hierarchical").fit(Xtr[:200], ytr[:200])
 
 
+def test_tacthmc_tempering_the_likelihood_fits_with_the_hierarchical_prior_and_keeps_its_form(cancer, tmp_path):
+    """tacthmc's ``sampler__tempered="likelihood"``: "auto" is the hierarchical prior (its Gibbs steps run through
+    the tempering), the classifier fits and predicts finite probabilities, its model file loads back with the same
+    predictions and setting; a continued chain refuses the other form (its biasing table learnt the data term's
+    force), and a sampler pickled before the setting existed reads as the paper's form it ran."""
+    import pickle
+
+    import bayesnet
+    from bayesnet.priors import HierarchicalPrior
+    from bayesnet.samplers import make_sampler
+
+    Xtr, Xte, ytr, _ = cancer
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, random_state=0, sampler="tacthmc",
+              sampler__steps_per_sample=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = BayesianMLPClassifier(**kw, sampler__tempered="likelihood").fit(Xtr[:200], ytr[:200])
+    assert type(clf.prior_) is HierarchicalPrior and clf.fit_status_["status"] == "complete"
+    proba = clf.predict_proba(Xte)
+    assert np.isfinite(proba).all()
+    clf.save(tmp_path / "m.bayesnet")
+    loaded = bayesnet.load(tmp_path / "m.bayesnet")
+    assert loaded.get_params()["sampler__tempered"] == "likelihood"
+    np.testing.assert_allclose(loaded.predict_proba(Xte), proba)
+    before = (len(clf.trace_), int(clf.sampler_state_.step))
+    with pytest.raises(ValueError, match="changed sampler__tempered="):
+        clf.set_params(sampler__tempered="posterior").partial_fit(Xtr[:200], ytr[:200])
+    assert (len(clf.trace_), int(clf.sampler_state_.step)) == before
+    old = make_sampler("tacthmc")
+    state = old.__dict__.copy()
+    del state["tempered"]
+    revived = pickle.loads(pickle.dumps(old))
+    revived.__setstate__(state)
+    assert revived.tempered == "posterior"
+
+
 def test_a_continued_fit_takes_another_name_for_the_same_state_and_refuses_before_any_group_changes(cancer):
     """The reviewer's: "diagonal" for "auto" (with step_size="auto", the same mass), or a max_temperature for a
     one-replica pt-langevin (its ladder is [1] whatever it says), were refused as changes; with n_jobs, a refused

@@ -307,16 +307,21 @@ def test_prior_scale_resolution():
     assert make_prior(mine, make_sampler("sgld")) is not mine
 
 
-def test_a_sampler_that_tempers_the_likelihood_only_takes_the_hierarchical_prior():
-    """pt-langevin with ``tempered="likelihood"`` samples the prior at temperature 1: "auto" is the hierarchical
-    prior and "hierarchical" is allowed; a prior with hyperparameters but no way to exchange them with the positions
-    is refused (a swap would leave them behind); the paper's mode's refusal names the setting."""
-    likelihood = make_sampler("pt-langevin", tempered="likelihood")
-    assert likelihood.prior_temperature_range() == (1.0, 1.0) and likelihood.temperature_range() == (1.0, 5.0)
+@pytest.mark.parametrize("name", ["pt-langevin", "tacthmc"])
+def test_a_sampler_that_tempers_the_likelihood_only_takes_the_hierarchical_prior(name):
+    """pt-langevin and tacthmc with ``tempered="likelihood"`` sample the prior at temperature 1: "auto" is the
+    hierarchical prior and "hierarchical" is allowed; the paper's mode's refusal names the setting (and for
+    pt-langevin, below, a prior with hyperparameters but no way to exchange them with the positions is refused: a
+    swap would leave them behind)."""
+    likelihood = make_sampler(name, tempered="likelihood")
+    assert likelihood.prior_temperature_range() == (1.0, 1.0) and likelihood.temperature_range()[1] > 1.0
     assert type(make_prior("auto", likelihood)) is HierarchicalPrior
     assert type(make_prior("hierarchical", likelihood)) is HierarchicalPrior
+    assert type(make_prior("auto", make_sampler(name))) is FanInPrior
     with pytest.raises(ValueError, match="tempered='likelihood'"):
-        make_prior("hierarchical", make_sampler("pt-langevin"))
+        make_prior("hierarchical", make_sampler(name))
+    if name != "pt-langevin":
+        return
 
     class NoExchange(HierarchicalPrior):
         permute_members = None

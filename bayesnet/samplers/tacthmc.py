@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
 from numbers import Integral, Real
@@ -14,9 +15,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
-from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, data_weighted
 from .registry import register_sampler
-from .compiled import potential_gradients, write_back
+from .compiled import divided_prior_form, potential_gradients, weighted_outputs, write_back
 from .integrators import friction_flow, gaussian_like, momentum_views, normal_flat
 from .random import ChainRandom
 from .estimates import flatten, mask_like, member_view
@@ -293,6 +294,25 @@ class TACTHMC(Sampler):
         "auto" step) 2 of 6 seeds diverged within 4,000 steps after the
         warm-up with "euler", none with "exact".
         :meth:`from_specification` builds the paper's "euler".
+    tempered : {"posterior", "likelihood"}, default="posterior"
+        What the coupling :math:`\lambda(\xi)` weighs. "posterior" is the
+        paper's extended Hamiltonian, :math:`\lambda(\xi) U(\theta)` with
+        :math:`U = U_D + U_P` (eq. 4): the prior is tempered too, so a prior
+        with hyperparameters (the hierarchical prior, improper when tempered)
+        is refused and ``prior_scale="auto"`` is the fan-in prior.
+        "likelihood" weighs the data term alone, :math:`H = \lambda(\xi)
+        U_D(\theta) + U_P(\theta) + W(\xi) + \ldots`: :math:`\theta`
+        given :math:`\xi` follows :math:`p(y|\theta)^{\lambda/T}
+        p(\theta)^{1/T}`, proper at every :math:`\xi`, so the hierarchical
+        prior and its Gibbs steps (the same at every :math:`\xi`) serve and
+        ``prior_scale="auto"`` is that prior. The kick is then
+        :math:`\eta_\theta \nabla(\lambda U_D + U_P)` (line 10 without the
+        factor :math:`\lambda` on the force; the noise keeps its
+        :math:`\lambda` and the friction its :math:`\lambda^2`, whose ratio
+        sets the temperature), and :math:`\xi`'s force and the biasing table
+        read :math:`\lambda'(\xi) \tilde U_D` (lines 9 and 11). The
+        draws (at :math:`\lambda = 1`) follow the same posterior in both
+        forms. A continued chain keeps its form.
 {warmup}
 
     Raises
@@ -343,7 +363,7 @@ class TACTHMC(Sampler):
 
     name = "tacthmc"
     # the bias table's bins span [-wall, wall] in n_bins: a continued chain keeps its table
-    state_settings = Sampler.state_settings + ("n_bins", "wall")
+    state_settings = Sampler.state_settings + ("n_bins", "wall", "tempered")
     default_thinning = 1  # samples are already K steps apart
     stats = {**COMMON_STATS, **MOMENTUM_STATS, "xi": Stat("mean"), "effective_temperature": Stat("mean"),
              "thermostat": Stat("mean"), "tempering_thermostat": Stat("mean"),
@@ -369,6 +389,7 @@ class TACTHMC(Sampler):
         "tempering": ["boolean"],
         "thermostats": ["boolean"],
         "friction_step": [StrOptions({"exact", "euler"})],
+        "tempered": [StrOptions({"posterior", "likelihood"})],
     }
 
     def __init__(self, step_size: float | str = "auto", tempering_step_size: float | str = "auto", noise: float = 0.05,
@@ -379,7 +400,7 @@ class TACTHMC(Sampler):
                  metadynamics_height: float = 0.1, metadynamics_bias_temperature: float | None = None,
                  resample_momentum: bool = False, temperature: float = 1.0, tempering: bool = True,
                  thermostats: bool = True, friction_step: str = "exact", preconditioner: str | None = "auto",
-                 adaptation_steps: int | str = "auto"):
+                 adaptation_steps: int | str = "auto", tempered: str = "posterior"):
         self.step_size = step_size
         self.tempering_step_size = tempering_step_size
         self.noise = noise
@@ -400,6 +421,7 @@ class TACTHMC(Sampler):
         self.tempering = tempering
         self.thermostats = thermostats
         self.friction_step = friction_step
+        self.tempered = tempered
         self.preconditioner = preconditioner
         self.adaptation_steps = adaptation_steps
 
@@ -409,6 +431,7 @@ class TACTHMC(Sampler):
         # estimator's parameters, as for any other setting: the default, "exact", unless sampler__friction_step
         # says otherwise
         state.setdefault("friction_step", "euler")
+        state.setdefault("tempered", "posterior")  # (likewise: before 2026-11-29 the whole posterior was tempered)
         super().__setstate__(state)
 
     def _check_params(self) -> None:
@@ -490,6 +513,17 @@ class TACTHMC(Sampler):
     def temperature_range(self, state: TACTHMCState | None = None) -> tuple[float, float]:
         T = float(self.temperature)
         return T, float(self.highest_temperature(state)) if self.tempering else T
+
+    def prior_temperature_range(self) -> tuple[float, float]:
+        """The sampler's own ``temperature`` with ``tempered="likelihood"`` (the coupling weights the data term
+        only), else :meth:`temperature_range`."""
+        if self.tempered == "likelihood":
+            return float(self.temperature), float(self.temperature)
+        return self.temperature_range()
+
+    def untempered_prior_hint(self) -> str | None:
+        """The setting that leaves the prior untempered (at ``temperature=1``)."""
+        return "sampler__tempered='likelihood', which tempers the likelihood only"
 
     fallback_step_size = 1e-4
     member_potentials = True  # (the tempering variable's force reads each member's potential)
@@ -680,10 +714,15 @@ class TACTHMC(Sampler):
     def _after_gradient(self, flat: Tensor, grad: Tensor, value: Tensor, xi: Tensor, r_xi: Tensor,
                         z_theta: Tensor, z_xi: Tensor, bias: Tensor, visits: Tensor, lam: Tensor, dlam: Tensor,
                         j: Tensor, delta_a: Tensor, eta_xi: float, c_xi: float, wall: float, kick: Tensor,
-                        noise_scale: Tensor, noise: Tensor, xi_kick: Tensor, in_place: bool = False) -> tuple:
+                        noise_scale: Tensor, noise: Tensor, xi_kick: Tensor, in_place: bool = False,
+                        weighted: bool = False) -> tuple:
         """Lines 9-14 given the gradient ``grad`` (laid out as ``flat``) and the potential ``value`` per chain:
         the new ``(flat, xi, r_xi, bias, visits)``; ``in_place`` updates ``flat`` itself (the eager step: the same
-        operations, no temporaries of its size), else a new tensor (the pure one)."""
+        operations, no temporaries of its size), else a new tensor (the pure one). ``weighted``
+        (``tempered="likelihood"``): ``grad`` is already that of ``lambda U_D + U_P`` and ``value`` the data term
+        ``U_D``, which is what ``xi``'s force and the biasing table read; the kick then does not multiply the
+        gradient by ``lambda`` again (the noise keeps its ``lambda`` and the friction its ``lambda^2``, whose
+        ratio sets the temperature)."""
         T = self.temperature
         lam2, dlam2 = lam * lam, dlam * dlam
         exact = self.friction_step == "exact"  # the friction's exact flow e^-x, or the paper's Euler step 1 - x
@@ -698,10 +737,11 @@ class TACTHMC(Sampler):
         friction = lam2 * z_theta
         lam_f = member_view(lam, flat)
         decay = member_view(friction_flow(friction) if exact else 1.0 - friction, flat)
+        push = kick if weighted else kick * lam_f
         if in_place:
-            flat.mul_(decay).addcmul_(grad, kick * lam_f, value=-1.0).addcmul_(noise, noise_scale * lam_f)
+            flat.mul_(decay).addcmul_(grad, push, value=-1.0).addcmul_(noise, noise_scale * lam_f)
         else:
-            flat = torch.addcmul(torch.addcmul(flat * decay, grad, kick * lam_f, value=-1.0), noise,
+            flat = torch.addcmul(torch.addcmul(flat * decay, grad, push, value=-1.0), noise,
                                  noise_scale * lam_f)
         if self.tempering:
             bias, visits = self._updated_bias(bias, visits, j, dlam * value)  # line 11
@@ -786,14 +826,19 @@ class TACTHMC(Sampler):
         if state.warmup is not None:  # (lam <= 1: the friction step lam^2 z_theta stays at most 1; warmup.py)
             z_theta = clamp_friction(state, z_theta)
         state.thermostat, state.tempering_thermostat = z_theta, z_xi
-        value, grad = potential.value_and_grad(batch)  # lines 7-8
+        weighted = self.tempered == "likelihood"
+        with data_weighted(self.name, potential, lam.reshape(-1)) if weighted else nullcontext():  # lines 7-8
+            value, grad = potential.value_and_grad(batch)  # (weighted: lambda U_D + U_P, and U_D recorded)
+            data = potential.data_value.to(xi.dtype).reshape(xi.shape) if weighted else None
         value = value.detach().to(xi.dtype).reshape(xi.shape)
         xi_kick, noise = self._draw_noise(state)
         table = state.bias, state.bin_visits
         _, state.xi, state.xi_momentum, state.bias, state.bin_visits = self._after_gradient(
-            flat, flatten(grad, state.layout), value, xi, state.xi_momentum, z_theta, z_xi, state.bias,
-            state.bin_visits, lam, dlam, j, delta_a, eta_xi, c_xi, wall, kick, noise_scale, noise, xi_kick,
-            in_place=True)
+            flat, flatten(grad, state.layout), data if weighted else value, xi, state.xi_momentum, z_theta, z_xi,
+            state.bias, state.bin_visits, lam, dlam, j, delta_a, eta_xi, c_xi, wall, kick, noise_scale, noise,
+            xi_kick, in_place=True, weighted=weighted)
+        if weighted:  # (reported untempered: V + (1 - lambda) U_D = U_D + U_P)
+            value = value + (1.0 - lam) * data
         torch._foreach_add_(state.position, state.momentum)  # line 15
         if paused:  # (the biasing table as it was: metadynamics would pile a hill per held step on the centre's
             # bin, and a bin straddling the plateau's edge would average in the held steps' zero force)
@@ -837,16 +882,25 @@ class TACTHMC(Sampler):
         (positions, momenta, xi, r_xi, bias, visits, thermostats, potentials, kinetic temperatures, lam)``, the
         same halves as :meth:`_step`."""
         grad_and_value = potential_gradients(potentials)
+        weighted = self.tempered == "likelihood"
 
         def transition(position, flat, xi, r_xi, z_theta, z_xi, bias, visits, eta, eta_xi, c_xi, wall, kick,
                        noise_scale, weight, noise, xi_kick, X, y, factors, offset):
             lam, dlam, t_kin, z_theta, z_xi, j, delta_a = self._before_gradient(flat, weight, xi, r_xi, z_theta,
                                                                                 z_xi, eta, eta_xi, bias, wall)
+            if weighted:  # lambda U_D + U_P = lambda (U_D + U_P / lambda): the pure form, the prior's divided
+                factors, offset = divided_prior_form(factors, offset, lam.reshape(-1))
             grads, (_, u) = grad_and_value(position, X, y, factors, offset)
+            data = None
+            if weighted:
+                u, grads, data = weighted_outputs(u, grads, factors, offset, position, lam.reshape(-1))
+                data = data.to(xi.dtype).reshape(xi.shape)
             value = u.to(xi.dtype).reshape(xi.shape)
+            if weighted:  # (reported untempered: V + (1 - lambda) U_D = U_D + U_P)
+                value = value + (1.0 - lam) * data
             flat, xi, r_xi, bias, visits = self._after_gradient(
-                flat, flatten(grads, layout), value, xi, r_xi, z_theta, z_xi, bias, visits, lam, dlam, j, delta_a,
-                eta_xi, c_xi, wall, kick, noise_scale, noise, xi_kick)
+                flat, flatten(grads, layout), data if weighted else value, xi, r_xi, z_theta, z_xi, bias, visits,
+                lam, dlam, j, delta_a, eta_xi, c_xi, wall, kick, noise_scale, noise, xi_kick, weighted=weighted)
             moved = [p + m for p, m in zip(position, views(flat, position))]
             return moved, flat, xi, r_xi, bias, visits, z_theta, z_xi, value, t_kin, lam
 
