@@ -287,7 +287,8 @@ class BayesianRegressorMixin(RegressorMixin):
         return_interval : bool, default=False
             Also return the equal-tailed posterior predictive interval: the
             quantiles of the mixture ``(1/D) sum_d N(f_d(x), sigma_d^2)``,
-            found by bisection (deterministic).
+            found by a safeguarded Newton iteration on its CDF
+            (deterministic).
         level : float, default=0.95
             Probability mass of the interval, in (0, 1).
 
