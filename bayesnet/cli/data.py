@@ -217,8 +217,11 @@ def _check_classes(source: str, target: str, y: np.ndarray) -> None:
                         "classification needs at least two.")
     rare = classes[counts < 2]
     if len(rare):
-        hint = " The target looks continuous: use --task regression." \
-            if numbers.notna().all() and len(classes) > len(y) / 2 and len(y) >= 10 else ""  # (not 2 rows' 0, 1)
+        # numbers with more distinct values than half the rows, or with many single-row values (a whole-number
+        # measurement, e.g. diabetes' progression score: 214 values in 442 rows, 84 of them once), not 2 rows' 0, 1
+        continuous = numbers.notna().all() and len(y) >= 10 and (
+            len(classes) > len(y) / 2 or len(rare) > max(5, len(classes) / 5))
+        hint = " The target looks continuous: use --task regression." if continuous else ""
         shown = ", ".join(repr(str(c)) for c in rare[:5]) + (", ..." if len(rare) > 5 else "")
         raise CLIError(f"target column {target!r} in {source}: {len(rare)} class(es) have a single row ({shown}); "
                         "the stratified train/test split needs at least two rows per class: drop or merge "
