@@ -1344,7 +1344,9 @@ def warn_status(net) -> None:
         messages.append(f"no warm-up ran, so nothing set the step size: the chains ran at the fallback step "
                         f"{net.sampler_.fallback_step_size:g} with a unit mass. {longer}, or set "
                         "sampler__step_size.")
-    messages += convergence_messages(net, state)
+    if status["status"] != "diverged":  # (the DivergenceError is the report: the mixing figures of the draws kept
+        # before it, in convergence_, warned ahead of it, about a run it declares failed; a user-test find)
+        messages += convergence_messages(net, state)
     if status["status"] == "short" and not status.get("lost_chains"):  # (lost groups have their own warning)
         least = least_kept_per_chain(net)
         # max_epochs sets the run's length: it, not the sampler, is why a run it ends is short (tacthmc's plateau
