@@ -560,6 +560,39 @@ def _held_off_the_plateau(mode, temperature, n_chains=128, n_steps=4000, thinnin
 
 
 @pytest.mark.parametrize("mode", ["likelihood", "posterior"])
+def test_the_tempering_force_reads_the_term_the_coupling_weighs_and_the_step_reports_the_untempered_potential(mode):
+    """One step of two chains off the plateau (``xi`` 0.9 and -0.5): the biasing table's first entry in each
+    chain's bin is the force ``lambda'(xi)`` times the data term ``U_D`` with ``tempered="likelihood"`` and times
+    the whole potential ``U`` in the paper's form (the two differ by the prior's term, which the test checks is not
+    small); the step reports the untempered ``U_D + U_P`` (at the positions its gradient was taken at) in both
+    forms, and leaves the posterior unweighted. (A
+    reviewer's mutations: ``xi``'s force on the whole potential, or the weighted potential reported, passed the
+    statistical tests; the held ``xi`` of the next test does not feel its force.)"""
+    from bayesnet.priors import GaussianPrior
+
+    sampler = make_sampler("tacthmc", step_size=1e-3, preconditioner=None, tempered=mode, steps_per_sample=5,
+                           wall=5.0 / 3.0)
+    post, batch, _ = linear_posterior(GaussianPrior(0.5), 20, 2)
+    state = sampler.init(post.parameters, torch.Generator().manual_seed(1), n_chains=2)
+    state.xi = torch.tensor([0.9, -0.5], dtype=torch.float64)
+    with torch.no_grad():
+        u = post.value(batch)
+        post.set_data_weight(torch.ones(2, dtype=torch.float64))
+        post.value(batch)
+        u_data = post.data_value.clone()
+        post.set_data_weight(None)
+    slope = coupling_derivative(state.xi, sampler.plateau, sampler.coupling_width, sampler.coupling_order)
+    assert bool(((u - u_data).abs() > 0.03 * u.abs()).all()) and bool((slope != 0).all())
+    state, info = sampler.step(state, post, batch)
+    entries = state.bias[state.bin_visits > 0]
+    expected, other = (slope * u_data, slope * u) if mode == "likelihood" else (slope * u, slope * u_data)
+    torch.testing.assert_close(entries, expected.to(entries.dtype))
+    assert not torch.allclose(entries, other.to(entries.dtype))
+    assert post.data_weight is None
+    torch.testing.assert_close(info.potential, u)  # (at the positions the gradient was taken at, line 8)
+
+
+@pytest.mark.parametrize("mode", ["likelihood", "posterior"])
 def test_off_the_plateau_theta_follows_the_tempered_form_it_was_asked_for(mode):
     """With ``xi`` held at temperature 2, ``theta`` follows ``p(y|theta)^(1/2) p(theta)`` with
     ``tempered="likelihood"`` and ``(p(y|theta) p(theta))^(1/2)`` with the paper's "posterior": each form matches
@@ -609,3 +642,29 @@ def test_tempering_the_likelihood_keeps_the_hierarchical_posterior_exact():
     assert err["ess"] > 2000
     assert err["mean_err"] <= err["mean_tol"] and err["cov_err"] <= err["cov_tol"]
     assert wrong["mean_err"] > wrong["mean_tol"] or wrong["cov_err"] > wrong["cov_tol"]
+
+
+def test_tempering_the_likelihood_needs_a_potential_that_weighs_its_data_term_on_either_path():
+    """A potential without per-member data weights (a FunctionPotential) is a clear ValueError for the likelihood
+    form, eager or through the pure transition (which had raised an AttributeError on the missing prior form, a
+    reviewer's find); and the refusal of a hierarchical prior names ``tempered='likelihood'`` only where it would
+    help (not when set already, nor at a temperature other than 1, where the prior is sampled at that
+    temperature in either form)."""
+    from bayesnet.priors import make_prior
+    from bayesnet.samplers.compiled import CompiledTransition
+
+    sampler = make_sampler("tacthmc", step_size=1e-3, preconditioner=None, tempered="likelihood")
+    target = correlated_gaussian(2, per_chain=True)
+    state = sampler.init(target.potential.parameters, 0, n_chains=2)
+    with pytest.raises(ValueError, match="set_data_weight"):
+        sampler.step(state, target.potential, None)
+    pure = CompiledTransition(sampler, target.potential, state.layout, compile=False)
+    with pytest.raises(ValueError, match="set_data_weight"):
+        pure(state, target.potential, None)
+    with pytest.raises(ValueError, match="tempered='likelihood'"):
+        make_prior("hierarchical", make_sampler("tacthmc"))
+    for cold in (make_sampler("tacthmc", temperature=0.5), make_sampler("tacthmc", temperature=0.5,
+                                                                        tempered="likelihood")):
+        with pytest.raises(ValueError, match="temperature 1") as refused:
+            make_prior("hierarchical", cold)
+        assert "tempered='likelihood'" not in str(refused.value)

@@ -839,6 +839,21 @@ class Sampler(BaseEstimator):
         raise NotImplementedError
 
 
+def require_data_weight(name: str, potential: Potential):
+    """The potential's ``set_data_weight``, which the likelihood-tempered form of sampler ``name`` needs.
+
+    Raises
+    ------
+    ValueError
+        If the potential has none (a :class:`~bayesnet.posterior.FunctionPotential`, say)."""
+    weigh = getattr(potential, "set_data_weight", None)
+    if weigh is None:
+        raise ValueError(f"{name} with tempered='likelihood' needs a potential that weights its data term per member "
+                         f"(a ChainPosterior's set_data_weight); {type(potential).__name__} has none. Use "
+                         "tempered='posterior'.")
+    return weigh
+
+
 @contextlib.contextmanager
 def data_weighted(name: str, potential: Potential, weight: Tensor):
     """Inside the block, the potential's data term weighted per member by ``weight`` (S,), ``w U_D + U_P``
@@ -849,11 +864,7 @@ def data_weighted(name: str, potential: Potential, weight: Tensor):
     ------
     ValueError
         If the potential cannot weight its data term (no ``set_data_weight``)."""
-    weigh = getattr(potential, "set_data_weight", None)
-    if weigh is None:
-        raise ValueError(f"{name} with tempered='likelihood' needs a potential that weights its data term per member "
-                         f"(a ChainPosterior's set_data_weight); {type(potential).__name__} has none. Use "
-                         "tempered='posterior'.")
+    weigh = require_data_weight(name, potential)
     weigh(weight)
     try:
         yield

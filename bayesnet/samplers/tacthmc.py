@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
-from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, data_weighted
+from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, data_weighted, require_data_weight
 from .registry import register_sampler
 from .compiled import divided_prior_form, potential_gradients, weighted_outputs, write_back
 from .integrators import friction_flow, gaussian_like, momentum_views, normal_flat
@@ -312,7 +312,12 @@ class TACTHMC(Sampler):
         sets the temperature), and :math:`\xi`'s force and the biasing table
         read :math:`\lambda'(\xi) \tilde U_D` (lines 9 and 11). The
         draws (at :math:`\lambda = 1`) follow the same posterior in both
-        forms. A continued chain keeps its form.
+        forms. The warm-up's mass is estimated from the kernel's own
+        gradients, here of :math:`\lambda U_D + U_P`, so from a softer
+        curvature wherever :math:`\xi` left the plateau during the warm-up
+        (the step size is measured on the untempered potential, and the
+        final window holds :math:`\xi` at the plateau's centre). A continued
+        chain keeps its form.
 {warmup}
 
     Raises
@@ -330,7 +335,8 @@ class TACTHMC(Sampler):
     * Line 21 averages the force with the global step count ``1/k``; Sec. 3.3
       describes a running time average per bin, which is what is kept here
       (``abf[j]`` is the mean of :math:`\lambda'(\xi)\tilde U` over the
-      visits of bin ``j``). An unvisited bin has zero bias.
+      visits of bin ``j``; of :math:`\lambda'(\xi)\tilde U_D` with
+      ``tempered="likelihood"``). An unvisited bin has zero bias.
     * The reflection of line 14 is done as written (the authors' released
       code is reported not to move :math:`\xi` back): on leaving the well
       the velocity is reversed and the step undone, so :math:`\xi` returns
@@ -522,7 +528,10 @@ class TACTHMC(Sampler):
         return self.temperature_range()
 
     def untempered_prior_hint(self) -> str | None:
-        """The setting that leaves the prior untempered (at ``temperature=1``)."""
+        """The setting that leaves the prior untempered: ``tempered="likelihood"``, where that is not already set
+        and the sampler's ``temperature`` is 1 (otherwise the prior is sampled at that temperature either way)."""
+        if self.tempered == "likelihood" or float(self.temperature) != 1.0:
+            return None
         return "sampler__tempered='likelihood', which tempers the likelihood only"
 
     fallback_step_size = 1e-4
@@ -907,6 +916,8 @@ class TACTHMC(Sampler):
         return transition
 
     def transition_inputs(self, state: TACTHMCState, potential: Potential, batch: Any) -> tuple:
+        if self.tempered == "likelihood":  # (the pure form weighs the data term from the prior's form)
+            require_data_weight(self.name, potential)
         eta_xi, c_xi, wall = self._tempering_step_size(state), self._tempering_noise(state), self._wall(state)
         kick, noise_scale, weight = self._scales(state)
         xi_kick, noise = self._draw_noise(state)
@@ -997,7 +1008,8 @@ class TACTHMC(Sampler):
             Bin centres on :math:`[-W_0, W_0]` (the chains' walls, :meth:`chain_wall`).
         bias : Tensor, shape (n_bins,) or (n_chains, n_bins)
             ABF: the running mean force :math:`\\langle\\lambda'(\\xi)\\tilde U\\rangle` per bin (the estimate
-            of :math:`A'(\\xi)`, eq. 11); metadynamics: the biasing potential :math:`A_j`.
+            of :math:`A'(\\xi)`, eq. 11; the data term's :math:`\\tilde U_D` with ``tempered="likelihood"``);
+            metadynamics: the biasing potential :math:`A_j`.
         visits : Tensor, same shape as ``bias``
             Steps spent in each bin (a histogram of :math:`\\xi`).
         """
