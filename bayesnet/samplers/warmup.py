@@ -891,18 +891,25 @@ def after_step(sampler, state, potential, batch) -> None:
     # regressor of y = sin(2x) on 200 rows (seeds 0-23): 5 of 24 fits diverged after the freeze, 1 with those
     # chains' steps halved, none with a burn-in of 3,000 steps (benchmarks/README.md, "Still descending at the
     # freeze")
+    # Only where the potential is per member (a sum over the members varies sqrt(S) times more than one member's
+    # spread: a reviewer's healthy sghmc chains, 64 of them on a summed Gaussian, were called descending on 3 of 10
+    # seeds), and only for a warm-up long enough to settle at all (a shorter one has no final window of its own:
+    # its "final window" is its descent from the start, and it is reported unsettled already)
     final_descent = _window_descending(warm, _coordinates(state), FINAL_DESCENT) \
-        if warm.adapt_step and not sampler.tunes_step_on_acceptance else None
-    if final_descent is not None:
+        if warm.adapt_step and not sampler.tunes_step_on_acceptance and warm.n_steps >= MIN_SETTLED else None
+    S = state.layout.n_members or 1
+    if final_descent is not None and final_descent.numel() == S:
         final_descent = final_descent.reshape(state.precond.step_size.shape) \
             if final_descent.numel() == state.precond.step_size.numel() else \
-            final_descent.any().expand(state.precond.step_size.shape)
+            final_descent.reshape(state.precond.step_size.numel(), -1).any(1).reshape(state.precond.step_size.shape)
         if not bool(final_descent.any()):
             final_descent = None
+    else:
+        final_descent = None
     # frozen from here on. The last step size was set at the final window's start and tried there; a member the
-    # guard restarted in that window freezes at a quarter of the step that failed (half of the halved one). A
-    # warm-up shorter than MIN_SETTLED steps, or one with restarts in its final window, has not settled (the
-    # estimators warn)
+    # guard restarted in that window freezes at a quarter of the step that failed (half of the halved one), one
+    # whose final window ran hot or was still descending at half of it. A warm-up shorter than MIN_SETTLED steps,
+    # or one with restarts, heat or a descent in its final window, has not settled (the estimators warn)
     hot_final = final_hot is not None and bool(final_hot.any()) and warm.adapt_step \
         and not sampler.tunes_step_on_acceptance
     settled = warm.n_steps >= MIN_SETTLED and warm.window_restarts == 0 and not hot_final and final_descent is None
