@@ -1244,41 +1244,23 @@ def test_pt_langevin_tempering_the_likelihood_fits_with_the_hierarchical_prior(c
     """``sampler__tempered="likelihood"`` leaves the prior untempered: "auto" is the hierarchical prior, whose
     precisions the swaps exchange with the positions; the classifier fits, predicts finite probabilities, records
     swaps, and its model file loads back with the same predictions and setting."""
-    import bayesnet
-    from bayesnet.priors import HierarchicalPrior
-
-    Xtr, Xte, ytr, _ = cancer
+    Xtr, _, ytr, _ = cancer
     kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, thinning=4, random_state=0, sampler="pt-langevin",
               sampler__n_replicas=3, sampler__swap_interval=5, batch_size=-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        clf = BayesianMLPClassifier(**kw, sampler__tempered="likelihood").fit(Xtr[:200], ytr[:200])
-    assert type(clf.prior_) is HierarchicalPrior and clf.prior_.precision.shape[0] == 3
-    assert clf.fit_status_["status"] == "complete" and int(clf.sampler_state_.swap_attempts.sum()) > 0
-    proba = clf.predict_proba(Xte)
-    assert np.isfinite(proba).all()
-    clf.save(tmp_path / "m.bayesnet")
-    loaded = bayesnet.load(tmp_path / "m.bayesnet")
-    assert loaded.get_params()["sampler__tempered"] == "likelihood"
-    np.testing.assert_allclose(loaded.predict_proba(Xte), proba)
+    clf = _fit_tempering_the_likelihood(kw, cancer, tmp_path)
+    assert clf.prior_.precision.shape[0] == 3 and int(clf.sampler_state_.swap_attempts.sum()) > 0
     with pytest.raises(ValueError, match="tempered='likelihood'"):
         BayesianMLPClassifier(**kw, prior_scale="hierarchical").fit(Xtr[:200], ytr[:200])
 
 
-def test_tacthmc_tempering_the_likelihood_fits_with_the_hierarchical_prior_and_keeps_its_form(cancer, tmp_path):
-    """tacthmc's ``sampler__tempered="likelihood"``: "auto" is the hierarchical prior (its Gibbs steps run through
-    the tempering), the classifier fits and predicts finite probabilities, its model file loads back with the same
-    predictions and setting; a continued chain refuses the other form (its biasing table learnt the data term's
-    force), and a sampler pickled before the setting existed reads as the paper's form it ran."""
-    import pickle
-
+def _fit_tempering_the_likelihood(kw, cancer, tmp_path):
+    """A classifier of ``kw`` with ``sampler__tempered="likelihood"`` on 200 rows: its prior is the hierarchical one,
+    it completes and predicts finite probabilities, and its model file loads back with the same predictions and
+    setting."""
     import bayesnet
     from bayesnet.priors import HierarchicalPrior
-    from bayesnet.samplers import make_sampler
 
     Xtr, Xte, ytr, _ = cancer
-    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, random_state=0, sampler="tacthmc",
-              sampler__steps_per_sample=5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf = BayesianMLPClassifier(**kw, sampler__tempered="likelihood").fit(Xtr[:200], ytr[:200])
@@ -1289,6 +1271,22 @@ def test_tacthmc_tempering_the_likelihood_fits_with_the_hierarchical_prior_and_k
     loaded = bayesnet.load(tmp_path / "m.bayesnet")
     assert loaded.get_params()["sampler__tempered"] == "likelihood"
     np.testing.assert_allclose(loaded.predict_proba(Xte), proba)
+    return clf
+
+
+def test_tacthmc_tempering_the_likelihood_fits_with_the_hierarchical_prior_and_keeps_its_form(cancer, tmp_path):
+    """tacthmc's ``sampler__tempered="likelihood"``: "auto" is the hierarchical prior (its Gibbs steps run through
+    the tempering), the classifier fits and predicts finite probabilities, its model file loads back with the same
+    predictions and setting; a continued chain refuses the other form (its biasing table learnt the data term's
+    force), and a sampler pickled before the setting existed reads as the paper's form it ran."""
+    import pickle
+
+    from bayesnet.samplers import make_sampler
+
+    Xtr, _, ytr, _ = cancer
+    kw = dict(hidden_layer_sizes=(8,), burn_in=200, n_draws=10, random_state=0, sampler="tacthmc",
+              sampler__steps_per_sample=5)
+    clf = _fit_tempering_the_likelihood(kw, cancer, tmp_path)
     before = (len(clf.trace_), int(clf.sampler_state_.step))
     with pytest.raises(ValueError, match="changed sampler__tempered="):
         clf.set_params(sampler__tempered="posterior").partial_fit(Xtr[:200], ytr[:200])
