@@ -304,9 +304,9 @@ class ChainPosterior:
     data_weight : Tensor or None
         ``(S,)``: a weight :math:`\beta_s` on every member's data term, set through :meth:`set_data_weight` by a
         sampler that tempers the likelihood only (:class:`~bayesnet.samplers.PTLangevin` and
-        :class:`~bayesnet.samplers.TACTHMC` with ``tempered="likelihood"``): the potentials are then :math:`\beta_s U_D(\theta_s) + U_P(\theta_s)`, the
-        data term (with the likelihood's own parameters' prior) weighted and the network's prior not. None (the
-        default): :math:`U_D + U_P`.
+        :class:`~bayesnet.samplers.TACTHMC` with ``tempered="likelihood"``): the potentials are then
+        :math:`\beta_s U_D(\theta_s) + U_P(\theta_s)`, the data term (with the likelihood's own parameters' prior)
+        weighted and the network's prior not. None (the default): :math:`U_D + U_P`.
     data_value : Tensor or None
         ``(S,)``: the unweighted data terms :math:`U_D` of the last evaluation made while :attr:`data_weight` was
         set (what a swap of tempered replicas compares, and TACT-HMC's tempering force reads); None before.

@@ -15,7 +15,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from ..plan import ChainLayout
-from .base import COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, data_weighted, require_data_weight
+from .base import (COMMON_STATS, MOMENTUM_STATS, MomentumState, Potential, Sampler, Stat, StepInfo, data_weighted,
+                   require_data_weight)
 from .registry import register_sampler
 from .compiled import divided_prior_form, potential_gradients, weighted_outputs, write_back
 from .integrators import friction_flow, gaussian_like, momentum_views, normal_flat
@@ -665,9 +666,16 @@ class TACTHMC(Sampler):
             return _auto_tempering_noise(eta_xi)
         return float(self.tempering_noise)
 
+    def _bin_width(self, wall: float) -> float:
+        """The width of the biasing table's bins, ``n_bins`` of them on ``[-wall, wall]``."""
+        return 2.0 * wall / self.n_bins
+
+    def _bin_centre(self, j: Tensor, wall: float) -> Tensor:
+        """The centre of bin ``j`` (a float tensor of bin indices) on ``[-wall, wall]``."""
+        return -wall + (j + 0.5) * self._bin_width(wall)
+
     def _bin(self, xi: Tensor, wall: float) -> Tensor:
-        width = 2.0 * wall / self.n_bins
-        return ((xi + wall) / width).floor().long().clamp_(0, self.n_bins - 1)
+        return ((xi + wall) / self._bin_width(wall)).floor().long().clamp_(0, self.n_bins - 1)
 
     def _bias_force(self, bias: Tensor, j: Tensor, xi: Tensor, wall: float) -> Tensor:
         """:math:`\\delta A` of line 7 for the bin ``j`` that holds ``xi``."""
@@ -676,13 +684,12 @@ class TACTHMC(Sampler):
         if self.biasing == "abf":
             return bias.gather(-1, j.unsqueeze(-1)).squeeze(-1)
         # metadynamics, Luo et al. 2018 (supplement) Appendix B: -dA/dxi by a one-sided difference towards xi's side of the centre
-        delta = 2.0 * wall / self.n_bins
-        centre = -wall + (j.to(xi.dtype) + 0.5) * delta
+        centre = self._bin_centre(j.to(xi.dtype), wall)
         upper = torch.where(xi >= centre, (j + 1).clamp(max=self.n_bins - 1), j)
         lower = torch.where(xi >= centre, j, (j - 1).clamp(min=0))
         a_hi = bias.gather(-1, upper.unsqueeze(-1)).squeeze(-1)
         a_lo = bias.gather(-1, lower.unsqueeze(-1)).squeeze(-1)
-        return (a_lo - a_hi) / delta
+        return (a_lo - a_hi) / self._bin_width(wall)
 
     def _updated_bias(self, bias: Tensor, visits: Tensor, j: Tensor, force: Tensor) -> tuple[Tensor, Tensor]:
         """ABFUPDATE (line 11, 19-21) or the metadynamics deposit of Appendix B: the new ``(bias, visits)``."""
@@ -719,6 +726,16 @@ class TACTHMC(Sampler):
             z_theta = z_theta + lam * lam * eta * (t_kin - T) / self.thermal_inertia
         j = self._bin(xi, wall)
         return lam, dlam, t_kin, z_theta, z_xi, j, self._bias_force(bias, j, xi, wall)
+
+    @staticmethod
+    def _coupled_and_reported(value: Tensor, data: Tensor | None, lam: Tensor) -> tuple[Tensor, Tensor]:
+        """The term the coupling weighs, which ``xi``'s force and the biasing table read, and the potential the step
+        reports, per chain: ``(U, U)`` in the paper's form (``data`` None); with ``tempered="likelihood"``, from the
+        weighted ``value`` ``lambda U_D + U_P`` and the data term ``data``, ``(U_D, U_D + U_P)`` (the untempered
+        potential, ``value + (1 - lambda) U_D``)."""
+        if data is None:
+            return value, value
+        return data, value + (1.0 - lam) * data
 
     def _after_gradient(self, flat: Tensor, grad: Tensor, value: Tensor, xi: Tensor, r_xi: Tensor,
                         z_theta: Tensor, z_xi: Tensor, bias: Tensor, visits: Tensor, lam: Tensor, dlam: Tensor,
@@ -839,15 +856,13 @@ class TACTHMC(Sampler):
         with data_weighted(self.name, potential, lam.reshape(-1)) if weighted else nullcontext():  # lines 7-8
             value, grad = potential.value_and_grad(batch)  # (weighted: lambda U_D + U_P, and U_D recorded)
             data = potential.data_value.to(xi.dtype).reshape(xi.shape) if weighted else None
-        value = value.detach().to(xi.dtype).reshape(xi.shape)
+        coupled, value = self._coupled_and_reported(value.detach().to(xi.dtype).reshape(xi.shape), data, lam)
         xi_kick, noise = self._draw_noise(state)
         table = state.bias, state.bin_visits
         _, state.xi, state.xi_momentum, state.bias, state.bin_visits = self._after_gradient(
-            flat, flatten(grad, state.layout), data if weighted else value, xi, state.xi_momentum, z_theta, z_xi,
+            flat, flatten(grad, state.layout), coupled, xi, state.xi_momentum, z_theta, z_xi,
             state.bias, state.bin_visits, lam, dlam, j, delta_a, eta_xi, c_xi, wall, kick, noise_scale, noise,
             xi_kick, in_place=True, weighted=weighted)
-        if weighted:  # (reported untempered: V + (1 - lambda) U_D = U_D + U_P)
-            value = value + (1.0 - lam) * data
         torch._foreach_add_(state.position, state.momentum)  # line 15
         if paused:  # (the biasing table as it was: metadynamics would pile a hill per held step on the centre's
             # bin, and a bin straddling the plateau's edge would average in the held steps' zero force)
@@ -904,11 +919,9 @@ class TACTHMC(Sampler):
             if weighted:
                 u, grads, data = weighted_outputs(u, grads, factors, offset, position, lam.reshape(-1))
                 data = data.to(xi.dtype).reshape(xi.shape)
-            value = u.to(xi.dtype).reshape(xi.shape)
-            if weighted:  # (reported untempered: V + (1 - lambda) U_D = U_D + U_P)
-                value = value + (1.0 - lam) * data
+            coupled, value = self._coupled_and_reported(u.to(xi.dtype).reshape(xi.shape), data, lam)
             flat, xi, r_xi, bias, visits = self._after_gradient(
-                flat, flatten(grads, layout), data if weighted else value, xi, r_xi, z_theta, z_xi, bias, visits,
+                flat, flatten(grads, layout), coupled, xi, r_xi, z_theta, z_xi, bias, visits,
                 lam, dlam, j, delta_a, eta_xi, c_xi, wall, kick, noise_scale, noise, xi_kick, weighted=weighted)
             moved = [p + m for p, m in zip(position, views(flat, position))]
             return moved, flat, xi, r_xi, bias, visits, z_theta, z_xi, value, t_kin, lam
@@ -1013,9 +1026,7 @@ class TACTHMC(Sampler):
         visits : Tensor, same shape as ``bias``
             Steps spent in each bin (a histogram of :math:`\\xi`).
         """
-        wall = self._wall(state)
-        delta = 2.0 * wall / self.n_bins
-        centres = -wall + (torch.arange(self.n_bins, dtype=torch.float64) + 0.5) * delta
+        centres = self._bin_centre(torch.arange(self.n_bins, dtype=torch.float64), self._wall(state))
         return centres, state.bias.detach().cpu(), state.bin_visits.detach().cpu()
 
     @staticmethod

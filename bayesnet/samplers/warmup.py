@@ -897,11 +897,8 @@ def after_step(sampler, state, potential, batch) -> None:
     # its "final window" is its descent from the start, and it is reported unsettled already)
     final_descent = _window_descending(warm, _coordinates(state), FINAL_DESCENT) \
         if warm.adapt_step and not sampler.tunes_step_on_acceptance and warm.n_steps >= MIN_SETTLED else None
-    S = state.layout.n_members or 1
-    if final_descent is not None and final_descent.numel() == S:
-        final_descent = final_descent.reshape(state.precond.step_size.shape) \
-            if final_descent.numel() == state.precond.step_size.numel() else \
-            final_descent.reshape(state.precond.step_size.numel(), -1).any(1).reshape(state.precond.step_size.shape)
+    if final_descent is not None and final_descent.numel() == (state.layout.n_members or 1):  # (one per member)
+        final_descent = mask_like(final_descent, state.precond.step_size)
         if not bool(final_descent.any()):
             final_descent = None
     else:
